@@ -1,0 +1,327 @@
+//! Attention kernels as plain functions over `[N, T, dh]` tensors (N = batch × heads): full relu²
+//! attention (GAU), mixed chunk attention (FLASH), softmax attention, FAVOR+ (Performer) and
+//! Combiner's chunk-summary attention. Each has a full-sequence form and a one-token decoding step.
+//!
+//! Padding is handled by the callers through `keep` multipliers ([N, T, 1], 0 on padded keys).
+
+use burn::prelude::*;
+use burn::tensor::activation::softmax;
+
+use crate::layers::{
+    Direction, Relu2Scaling, causal_ones, exclusive_chunk_sum, future_mask, pad_time, padded_len,
+    relu2,
+};
+
+/// Score given to masked keys before a softmax: exp underflows to exactly 0 in f32, and a row is never
+/// all `-inf` (which would give NaN).
+pub const MASKED_SCORE: f32 = -1.0e9;
+
+/// Added to FAVOR+'s (unshifted) denominator: a query whose visible keys' features all underflowed
+/// would otherwise give 0/0 (performer-pytorch uses the same 1e-6).
+pub const FAVOR_EPS: f64 = 1e-6;
+
+/// `num / (den + ε·exp(−q_shift − k_shift))`: the ε of [`FAVOR_EPS`] expressed in the shifted units
+/// of `num` and `den`, so the result does not depend on the stabilising shifts (and a causal query's
+/// output does not depend on a shift taken over future keys).
+pub fn favor_ratio(
+    num: Tensor<3>,
+    den: Tensor<3>,
+    q_shift: Tensor<3>,
+    k_shift: Tensor<3>,
+) -> Tensor<3> {
+    let eps = (q_shift + k_shift)
+        .neg()
+        .exp()
+        .mul_scalar(FAVOR_EPS)
+        .detach();
+    num / (den + eps)
+}
+
+/// Which parts of mixed chunk attention are kept (FLASH §3.2 and its LocalOnly / GlobalOnly ablations).
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum ChunkParts {
+    /// Local quadratic attention within each chunk plus global linear attention across chunks.
+    Mixed,
+    /// Local quadratic attention only.
+    LocalOnly,
+    /// Global linear attention only.
+    GlobalOnly,
+}
+
+impl ChunkParts {
+    /// Whether the local (quadratic, within-chunk) part is computed.
+    pub fn local(self) -> bool {
+        !matches!(self, ChunkParts::GlobalOnly)
+    }
+    /// Whether the global (linear, across-chunk) part is computed.
+    pub fn global(self) -> bool {
+        !matches!(self, ChunkParts::LocalOnly)
+    }
+}
+
+/// Full relu² attention (GAU, FLASH §2): `relu²(Q Kᵀ · f + b) V`, with f = 1/window under
+/// [`Relu2Scaling::Window`].
+///
+/// q, k: [N, T, s]; v: [N, T, e]; bias: [T, T] or none → [N, T, e].
+pub fn relu2_attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    bias: Option<Tensor<2>>,
+    factor: f64,
+    direction: Direction,
+) -> Tensor<3> {
+    let t = q.dims()[1];
+    let mut scores = q.matmul(k.swap_dims(1, 2)).mul_scalar(factor); // [N, T, T]
+    if let Some(bias) = bias {
+        scores = scores + bias.unsqueeze::<3>();
+    }
+    let mut a = relu2(scores);
+    if direction == Direction::Causal {
+        a = a * causal_ones(t, &v.device()).unsqueeze::<3>();
+    }
+    a.matmul(v)
+}
+
+/// Mixed chunk attention (FLASH §3.2) over a sequence of any length: it is padded to a multiple of
+/// `chunk` and cut back. The caller zeroes `v` at padded key positions (the internal padding has
+/// zero `v` by construction), which removes them from both parts.
+///
+/// Local: `relu²(Q_quad K_quadᵀ · f + b) V` inside each chunk (causal: lower triangle with diagonal).
+/// Global: `Q_lin · Σ_h K_lin,hᵀ V_h · f` over all chunks (bidirectional) or strictly earlier chunks
+/// (causal, [`exclusive_chunk_sum`]).
+///
+/// qq, kq, ql, kl: [N, T, s]; v: [N, T, e]; bias: [C, C] or none → [N, T, e].
+#[allow(clippy::too_many_arguments)]
+pub fn mixed_chunk_attention(
+    qq: Tensor<3>,
+    kq: Tensor<3>,
+    ql: Tensor<3>,
+    kl: Tensor<3>,
+    v: Tensor<3>,
+    bias: Option<Tensor<2>>,
+    chunk: usize,
+    scaling: Relu2Scaling,
+    direction: Direction,
+    parts: ChunkParts,
+) -> Tensor<3> {
+    let [n, t, s] = qq.dims();
+    let e = v.dims()[2];
+    let tp = padded_len(t, chunk);
+    let g = tp / chunk;
+    let factor = scaling.factor(chunk);
+    let chunked = |x: Tensor<3>, w: usize| pad_time(x, tp).reshape([n, g, chunk, w]);
+    let vg = chunked(v, e);
+    let mut out: Option<Tensor<4>> = None;
+    if parts.local() {
+        let (qq, kq) = (chunked(qq, s), chunked(kq, s));
+        let mut scores = qq.matmul(kq.swap_dims(2, 3)).mul_scalar(factor); // [N, G, C, C]
+        if let Some(bias) = bias {
+            scores = scores + bias.unsqueeze::<4>();
+        }
+        let mut a = relu2(scores);
+        if direction == Direction::Causal {
+            a = a * causal_ones(chunk, &vg.device()).unsqueeze::<4>();
+        }
+        out = Some(a.matmul(vg.clone()));
+    }
+    if parts.global() {
+        let (ql, kl) = (chunked(ql, s), chunked(kl, s));
+        let kv = kl.swap_dims(2, 3).matmul(vg).mul_scalar(factor); // [N, G, s, e]
+        let kv = match direction {
+            Direction::Causal => exclusive_chunk_sum(kv),
+            Direction::Bidirectional => kv.sum_dim(1), // [N, 1, s, e], broadcast over chunks
+        };
+        let lin = ql.matmul(kv); // [N, G, C, e]
+        out = Some(match out {
+            Some(local) => local + lin,
+            None => lin,
+        });
+    }
+    let out = out.expect("mixed chunk attention needs at least one part");
+    out.reshape([n, tp, e]).narrow(1, 0, t)
+}
+
+/// Softmax attention `softmax(Q Kᵀ / sqrt(dh) + mask) V`.
+///
+/// q, k, v: [N, T, dh]; `key_keep`: [N, 1, T] (1 = real key) or none → [N, T, dh].
+pub fn softmax_attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    key_keep: Option<Tensor<3, Bool>>,
+    direction: Direction,
+) -> Tensor<3> {
+    let [n, t, dh] = q.dims();
+    let mut scores = q
+        .matmul(k.swap_dims(1, 2))
+        .mul_scalar(1.0 / (dh as f64).sqrt());
+    if direction == Direction::Causal {
+        let mask = future_mask(t, &v.device())
+            .unsqueeze::<3>()
+            .expand([n, t, t]);
+        scores = scores.mask_fill(mask, MASKED_SCORE);
+    }
+    if let Some(keep) = key_keep {
+        scores = scores.mask_fill(keep.bool_not().expand([n, t, t]), MASKED_SCORE);
+    }
+    softmax(scores, 2).matmul(v)
+}
+
+/// The exponent of the positive random features of FAVOR+ (Choromanski et al. 2021, Lemma 1):
+/// `ωᵀx' − ‖x'‖²/2` with `x' = x / dh^¼`, so that `E[exp(a(q))ᵀexp(a(k))]/m = exp(qᵀk / sqrt(dh))`.
+///
+/// x: [N, T, dh]; omega: [dh, m] → [N, T, m].
+pub fn favor_exponent(x: Tensor<3>, omega: &Tensor<2>) -> Tensor<3> {
+    let dh = x.dims()[2];
+    let x = x.mul_scalar((dh as f64).powf(-0.25));
+    let sq = x.clone().square().sum_dim(2).mul_scalar(0.5); // [N, T, 1]
+    x.matmul(omega.clone().unsqueeze::<3>()) - sq
+}
+
+/// `φ(x) = exp(a − shift) / sqrt(m)` for an exponent `a`: [N, T, m]. The shift is a stabiliser that
+/// cancels between numerator and denominator as long as it is shared by all keys (a per-sequence
+/// constant) or by all features of one query (a per-row constant); it is never differentiated.
+pub fn favor_features(exponent: Tensor<3>, shift: Tensor<3>) -> Tensor<3> {
+    let m = exponent.dims()[2];
+    (exponent - shift.detach())
+        .exp()
+        .mul_scalar(1.0 / (m as f64).sqrt())
+}
+
+/// Query features, stabilised per row, and that shift: x: [N, T, dh] → ([N, T, m], [N, T, 1]).
+pub fn favor_query_features(q: Tensor<3>, omega: &Tensor<2>) -> (Tensor<3>, Tensor<3>) {
+    let a = favor_exponent(q, omega);
+    let shift = a.clone().max_dim(2).detach();
+    (favor_features(a, shift.clone()), shift)
+}
+
+/// FAVOR+ attention (Performer). Bidirectional: `φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1)`. Causal: the same with
+/// prefix sums over keys, computed blockwise (`chunk` positions at a time: exact within a block,
+/// [`exclusive_chunk_sum`] across blocks), which equals the sequential prefix sum without its
+/// T×m×dh memory.
+///
+/// q, k, v: [N, T, dh]; key_keep: [N, T, 1] multiplier or none; omega: [dh, m] → [N, T, dh].
+pub fn favor_attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    key_keep: Option<Tensor<3>>,
+    omega: &Tensor<2>,
+    direction: Direction,
+    chunk: usize,
+) -> Tensor<3> {
+    let [n, t, dh] = q.dims();
+    let m = omega.dims()[1];
+    let (fq, q_shift) = favor_query_features(q, omega);
+    let ak = favor_exponent(k, omega);
+    // One shift per sequence (the largest real key exponent): keys' features do not underflow, and
+    // the shift cancels in the ratio.
+    let shift = match &key_keep {
+        Some(keep) => ak
+            .clone()
+            .mask_fill(keep.clone().equal_elem(0.0), MASKED_SCORE),
+        None => ak.clone(),
+    }
+    .max_dim(2)
+    .max_dim(1)
+    .detach(); // [N, 1, 1]
+    let mut fk = favor_features(ak, shift.clone());
+    if let Some(keep) = key_keep {
+        fk = fk * keep;
+    }
+    match direction {
+        Direction::Bidirectional => {
+            let kv = fk.clone().swap_dims(1, 2).matmul(v); // [N, m, dh]
+            let z = fk.sum_dim(1).swap_dims(1, 2); // [N, m, 1]
+            let num = fq.clone().matmul(kv);
+            let den = fq.matmul(z);
+            favor_ratio(num, den, q_shift, shift)
+        }
+        Direction::Causal => {
+            let tp = padded_len(t, chunk);
+            let g = tp / chunk;
+            let fq = pad_time(fq, tp).reshape([n, g, chunk, m]);
+            let fk = pad_time(fk, tp).reshape([n, g, chunk, m]);
+            let vg = pad_time(v, tp).reshape([n, g, chunk, dh]);
+            let causal = causal_ones(chunk, &vg.device()).unsqueeze::<4>();
+            let a = fq.clone().matmul(fk.clone().swap_dims(2, 3)) * causal; // [N, G, C, C]
+            let local_num = a.clone().matmul(vg.clone());
+            let local_den = a.sum_dim(3);
+            let kv = exclusive_chunk_sum(fk.clone().swap_dims(2, 3).matmul(vg)); // [N, G, m, dh]
+            let z = exclusive_chunk_sum(fk.sum_dim(2)).swap_dims(2, 3); // [N, G, m, 1]
+            let num = local_num + fq.clone().matmul(kv);
+            let den = local_den + fq.matmul(z);
+            let q_shift = pad_time(q_shift, tp).reshape([n, g, chunk, 1]);
+            let out = num
+                / (den
+                    + (q_shift + shift.unsqueeze_dim::<4>(1))
+                        .neg()
+                        .exp()
+                        .mul_scalar(FAVOR_EPS));
+            out.reshape([n, tp, dh]).narrow(1, 0, t)
+        }
+    }
+}
+
+/// Combiner's attention (Ren et al. 2021, the "fixed" factorisation with mean-pooled summaries):
+/// sequence split into chunks of `chunk`; each query attends, in one softmax, to the keys of its own
+/// chunk (causal: up to itself) and to one summary key per other chunk (causal: strictly earlier
+/// chunks), each summary the mean of its chunk's keys and values.
+///
+/// q, k, v: [N, T, dh]; key_keep: [N, T, 1] multiplier or none → [N, T, dh].
+pub fn combiner_attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    key_keep: Option<Tensor<3>>,
+    chunk: usize,
+    direction: Direction,
+) -> Tensor<3> {
+    let [n, t, dh] = q.dims();
+    let device = q.device();
+    let tp = padded_len(t, chunk);
+    let g = tp / chunk;
+    // 1 on real keys, 0 on padding (both the caller's and the chunk padding).
+    let keep = pad_time(
+        key_keep.unwrap_or_else(|| Tensor::ones([n, t, 1], &device)),
+        tp,
+    )
+    .reshape([n, g, chunk, 1]);
+    let qg = pad_time(q, tp).reshape([n, g, chunk, dh]);
+    let kg = pad_time(k, tp).reshape([n, g, chunk, dh]);
+    let vg = pad_time(v, tp).reshape([n, g, chunk, dh]);
+    let count = keep.clone().sum_dim(2); // [N, G, 1, 1]
+    let k_sum = (kg.clone() * keep.clone()).sum_dim(2) / count.clone().clamp_min(1.0); // [N, G, 1, dh]
+    let v_sum = (vg.clone() * keep.clone()).sum_dim(2) / count.clone().clamp_min(1.0);
+    let k_sum = k_sum.reshape([n, 1, g, dh]);
+    let v_sum = v_sum.reshape([n, 1, g, dh]);
+    let scale = 1.0 / (dh as f64).sqrt();
+
+    let mut local = qg.clone().matmul(kg.swap_dims(2, 3)).mul_scalar(scale); // [N, G, C, C]
+    let key_pad = keep.clone().swap_dims(2, 3).equal_elem(0.0); // [N, G, 1, C]
+    local = local.mask_fill(key_pad.expand([n, g, chunk, chunk]), MASKED_SCORE);
+    if direction == Direction::Causal {
+        let mask = future_mask(chunk, &device)
+            .unsqueeze::<4>()
+            .expand([n, g, chunk, chunk]);
+        local = local.mask_fill(mask, MASKED_SCORE);
+    }
+    let mut summary = qg.matmul(k_sum.swap_dims(2, 3)).mul_scalar(scale); // [N, G, C, G]
+    // Summary h is visible from chunk g when h < g (causal) or h ≠ g (bidirectional), and non-empty.
+    let hidden_pairs = match direction {
+        Direction::Causal => Tensor::<2, Bool>::tril_mask([g, g], -1, &device),
+        Direction::Bidirectional => Tensor::<2, Bool>::diag_mask([g, g], 0, &device).bool_not(),
+    };
+    let empty = count.reshape([n, 1, 1, g]).equal_elem(0.0); // [N, 1, 1, G]
+    let hidden = hidden_pairs
+        .reshape([1, g, 1, g])
+        .expand([n, g, chunk, g])
+        .bool_or(empty.expand([n, g, chunk, g]));
+    summary = summary.mask_fill(hidden, MASKED_SCORE);
+    let p = softmax(Tensor::cat(vec![local, summary], 3), 3);
+    let p_local = p.clone().narrow(3, 0, chunk);
+    let p_summary = p.narrow(3, chunk, g);
+    let out = p_local.matmul(vg) + p_summary.matmul(v_sum);
+    out.reshape([n, tp, dh]).narrow(1, 0, t)
+}

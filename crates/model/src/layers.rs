@@ -1,0 +1,430 @@
+//! Building blocks shared by every architecture: norms, positions, the relu² kernel, masks and the
+//! chunk helpers of mixed chunk attention. Each paper concept is a named function so tests can
+//! target it directly.
+
+use burn::module::Param;
+use burn::nn::{Initializer, LayerNorm, LayerNormConfig};
+use burn::prelude::*;
+
+/// Standard deviation of the truncated-normal-like initialiser of the FLASH code (`WEIGHT_INITIALIZER`).
+pub const INIT_STD: f64 = 0.02;
+
+/// Base of the rotary and sinusoidal frequencies (Vaswani et al. 2017; Su et al. 2021).
+pub const ROPE_BASE: f64 = 10_000.0;
+
+/// Below this window length the relative position bias is a Toeplitz matrix; at or above it, the
+/// RoPE product of two learned vectors (FLASH appendix, Code 4).
+pub const TOEPLITZ_MAX_WINDOW: usize = 512;
+
+/// Width of the two learned vectors of the RoPE-product bias (FLASH appendix, Code 4).
+pub const ROPE_BIAS_DIM: usize = 128;
+
+/// A normal initialiser with the FLASH code's standard deviation.
+pub fn normal_init() -> Initializer {
+    Initializer::Normal {
+        mean: 0.0,
+        std: INIT_STD,
+    }
+}
+
+/// Which normalisation a pre-norm residual branch uses.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum NormKind {
+    /// LayerNorm with scale and offset (eps 1e-5).
+    LayerNorm,
+    /// ScaleNorm (Nguyen & Salazar 2019): `g · x / ‖x‖`, one learned scalar g initialised to sqrt(d).
+    ScaleNorm,
+}
+
+/// LayerNorm or ScaleNorm, chosen by [`NormKind`].
+#[derive(Module, Debug)]
+pub enum Norm {
+    /// See [`NormKind::LayerNorm`].
+    Layer(LayerNorm),
+    /// See [`NormKind::ScaleNorm`].
+    Scale(ScaleNorm),
+}
+
+impl Norm {
+    /// Builds the norm for width `d_model`.
+    pub fn new(kind: NormKind, d_model: usize, device: &Device) -> Self {
+        match kind {
+            NormKind::LayerNorm => Norm::Layer(LayerNormConfig::new(d_model).init(device)),
+            NormKind::ScaleNorm => Norm::Scale(ScaleNorm::new(d_model, device)),
+        }
+    }
+
+    /// `x`: [.., d] → [.., d].
+    pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        match self {
+            Norm::Layer(n) => n.forward(x),
+            Norm::Scale(n) => n.forward(x),
+        }
+    }
+}
+
+/// ScaleNorm: `g · x / max(‖x‖, eps)` with one learned scalar (Nguyen & Salazar 2019).
+#[derive(Module, Debug)]
+pub struct ScaleNorm {
+    /// The scalar g, initialised to sqrt(d).
+    pub scale: Param<Tensor<1>>,
+}
+
+impl ScaleNorm {
+    const EPS: f64 = 1e-5;
+
+    /// A ScaleNorm for width `d_model`.
+    pub fn new(d_model: usize, device: &Device) -> Self {
+        let init = Initializer::Constant {
+            value: (d_model as f64).sqrt(),
+        };
+        Self {
+            scale: init.init([1], device),
+        }
+    }
+
+    /// `x`: [.., d] → [.., d].
+    pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        let norm = x
+            .clone()
+            .square()
+            .sum_dim(D - 1)
+            .sqrt()
+            .clamp_min(Self::EPS);
+        let g = self.scale.val().reshape([1; D]);
+        x / norm * g
+    }
+}
+
+/// Cosine and sine tables of rotary position embedding for one span of positions.
+///
+/// The FLASH code rotates the two *halves* of a vector (`[x1, x2] → [x1 cos − x2 sin, x2 cos + x1 sin]`),
+/// not interleaved pairs as burn-nn's `RotaryEncoding` does.
+#[derive(Clone, Debug)]
+pub struct Rope {
+    /// [T, dim/2]
+    cos: Tensor<2>,
+    /// [T, dim/2]
+    sin: Tensor<2>,
+}
+
+impl Rope {
+    /// Tables for positions `offset .. offset + len` of vectors of width `dim` (even).
+    pub fn new(dim: usize, offset: usize, len: usize, device: &Device) -> Self {
+        assert!(dim % 2 == 0, "RoPE needs an even width, got {dim}");
+        let half = dim / 2;
+        let mut cos = Vec::with_capacity(len * half);
+        let mut sin = Vec::with_capacity(len * half);
+        for p in offset..offset + len {
+            for i in 0..half {
+                let inv_freq = ROPE_BASE.powf(-(i as f64) / half as f64);
+                let angle = p as f64 * inv_freq;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        let cos = Tensor::from_data(TensorData::new(cos, [len, half]), device);
+        let sin = Tensor::from_data(TensorData::new(sin, [len, half]), device);
+        Self { cos, sin }
+    }
+
+    /// Number of positions covered.
+    pub fn len(&self) -> usize {
+        self.cos.dims()[0]
+    }
+
+    /// Whether the tables cover no position.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Rotates `x`: [.., T, dim] with T equal to the table's length.
+    pub fn apply<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        let dims = x.dims();
+        let (t, dim) = (dims[D - 2], dims[D - 1]);
+        let half = dim / 2;
+        assert_eq!(
+            t,
+            self.len(),
+            "RoPE table covers {} positions, input has {t}",
+            self.len()
+        );
+        assert_eq!(
+            half,
+            self.cos.dims()[1],
+            "RoPE table width differs from input"
+        );
+        let mut shape = [1usize; D];
+        shape[D - 2] = t;
+        shape[D - 1] = half;
+        let cos = self.cos.clone().reshape(shape);
+        let sin = self.sin.clone().reshape(shape);
+        let x1 = x.clone().narrow(D - 1, 0, half);
+        let x2 = x.narrow(D - 1, half, half);
+        let r1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
+        let r2 = x2 * cos + x1 * sin;
+        Tensor::cat(vec![r1, r2], D - 1)
+    }
+}
+
+/// The scaled sinusoidal absolute position embedding of the FLASH code (`_get_scaledsin`):
+/// `[sin(p·ω), cos(p·ω)] · a` with one learned scalar `a` initialised to 1/sqrt(d).
+#[derive(Module, Debug)]
+pub struct ScaledSinusoidal {
+    /// The learned scalar.
+    pub scale: Param<Tensor<1>>,
+    /// Model width d.
+    pub d_model: usize,
+}
+
+impl ScaledSinusoidal {
+    /// An embedding for width `d_model` (even).
+    pub fn new(d_model: usize, device: &Device) -> Self {
+        let init = Initializer::Constant {
+            value: 1.0 / (d_model as f64).sqrt(),
+        };
+        Self {
+            scale: init.init([1], device),
+            d_model,
+        }
+    }
+
+    /// Embeddings of positions `offset .. offset + len`: [len, d].
+    pub fn forward(&self, offset: usize, len: usize, device: &Device) -> Tensor<2> {
+        let half = self.d_model / 2;
+        let mut data = vec![0f32; len * self.d_model];
+        for (row, p) in (offset..offset + len).enumerate() {
+            for i in 0..half {
+                let angle = p as f64 * ROPE_BASE.powf(-(i as f64) / half as f64);
+                data[row * self.d_model + i] = angle.sin() as f32;
+                data[row * self.d_model + half + i] = angle.cos() as f32;
+            }
+        }
+        let table = Tensor::<2>::from_data(TensorData::new(data, [len, self.d_model]), device);
+        table * self.scale.val().reshape([1, 1])
+    }
+}
+
+/// How relu² attention scales its scores; one convention is used by every path (full, chunked,
+/// step-by-step) of a model.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum Relu2Scaling {
+    /// `relu²(QKᵀ/L + b)`, and `K_linᵀV / L` in the linear part, with L the attention window: the
+    /// configured context for FLASH-Quad, the chunk size C for FLASH. This is the FLASH appendix code
+    /// (Codes 1 and 8 divide by the length of the attended axis), the default. L is the configured
+    /// window rather than the runtime length so that a prefix's outputs do not depend on how much
+    /// follows it, which incremental decoding needs.
+    Window,
+    /// `relu²(QKᵀ + b)` with no scaling: the pseudocode of the paper's Figure 2.
+    None,
+}
+
+impl Relu2Scaling {
+    /// The factor applied to the scores for a window of `window` positions.
+    pub fn factor(self, window: usize) -> f64 {
+        match self {
+            Relu2Scaling::Window => 1.0 / window as f64,
+            Relu2Scaling::None => 1.0,
+        }
+    }
+}
+
+/// `relu(x)²`, the GAU attention kernel (FLASH §2).
+pub fn relu2<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    burn::tensor::activation::relu(x).square()
+}
+
+/// The relative position bias of the FLASH appendix (Code 4), for one fixed window length n:
+/// a Toeplitz matrix of 2n − 1 learned weights when n < 512, else `rope(a) · rope(b)ᵀ` of two learned
+/// 128-vectors. Any square sub-block starting at the origin is the bias of a shorter sequence.
+#[derive(Module, Debug)]
+pub enum RelPosBias {
+    /// `b[i, j] = w[j − i + n − 1]`, w: [2n − 1].
+    Toeplitz(Param<Tensor<1>>),
+    /// `b[i, j] = rope(a)_i · rope(b)_j`, a and b: [128] each, stacked as [2, 128].
+    RopeProduct(Param<Tensor<2>>),
+}
+
+impl RelPosBias {
+    /// The bias for attention windows of `window` positions.
+    pub fn new(window: usize, device: &Device) -> Self {
+        if window < TOEPLITZ_MAX_WINDOW {
+            RelPosBias::Toeplitz(normal_init().init([2 * window - 1], device))
+        } else {
+            RelPosBias::RopeProduct(normal_init().init([2, ROPE_BIAS_DIM], device))
+        }
+    }
+
+    /// The window length n this bias was built for, if it is fixed (Toeplitz).
+    fn toeplitz_window(&self) -> Option<usize> {
+        match self {
+            RelPosBias::Toeplitz(w) => Some((w.dims()[0] + 1) / 2),
+            RelPosBias::RopeProduct(_) => None,
+        }
+    }
+
+    /// Bias rows `rows` (query positions) against columns `0 .. cols` (key positions): [rows.len(), cols].
+    pub fn block(&self, rows: std::ops::Range<usize>, cols: usize, device: &Device) -> Tensor<2> {
+        let n_rows = rows.len();
+        match self {
+            RelPosBias::Toeplitz(w) => {
+                let n = self.toeplitz_window().expect("toeplitz");
+                assert!(
+                    rows.end <= n && cols <= n,
+                    "relative position bias built for {n} positions, asked for {}x{cols}",
+                    rows.end
+                );
+                let idx: Vec<i64> = rows
+                    .clone()
+                    .flat_map(|i| (0..cols).map(move |j| (j + n - 1 - i) as i64))
+                    .collect();
+                let idx =
+                    Tensor::<1, Int>::from_data(TensorData::new(idx, [n_rows * cols]), device);
+                w.val().select(0, idx).reshape([n_rows, cols])
+            }
+            RelPosBias::RopeProduct(ab) => {
+                let ab = ab.val();
+                let a = ab.clone().narrow(0, 0, 1); // [1, 128]
+                let b = ab.narrow(0, 1, 1);
+                let a = Rope::new(ROPE_BIAS_DIM, rows.start, n_rows, device)
+                    .apply(a.expand([n_rows, ROPE_BIAS_DIM]));
+                let b = Rope::new(ROPE_BIAS_DIM, 0, cols, device)
+                    .apply(b.expand([cols, ROPE_BIAS_DIM]));
+                a.matmul(b.transpose())
+            }
+        }
+    }
+
+    /// The square bias of a sequence of `len` positions: [len, len].
+    pub fn square(&self, len: usize, device: &Device) -> Tensor<2> {
+        self.block(0..len, len, device)
+    }
+}
+
+/// Per-dimension scale and offset producing `heads` cheap heads from one shared representation Z
+/// (FLASH §2: `Q = γ_q ⊙ Z + β_q`, `K = γ_k ⊙ Z + β_k`).
+#[derive(Module, Debug)]
+pub struct ScaleOffset {
+    /// γ: [heads, s], initialised N(0, 0.02) as the FLASH code.
+    pub gamma: Param<Tensor<2>>,
+    /// β: [heads, s], initialised to zero.
+    pub beta: Param<Tensor<2>>,
+}
+
+impl ScaleOffset {
+    /// `heads` scale/offset pairs of width `dim`.
+    pub fn new(heads: usize, dim: usize, device: &Device) -> Self {
+        Self {
+            gamma: normal_init().init([heads, dim], device),
+            beta: Initializer::Zeros.init([heads, dim], device),
+        }
+    }
+
+    /// `z`: [B, T, s] → one [B, T, s] tensor per head.
+    pub fn forward(&self, z: Tensor<3>) -> Vec<Tensor<3>> {
+        let [heads, s] = self.gamma.dims();
+        let gamma = self.gamma.val();
+        let beta = self.beta.val();
+        (0..heads)
+            .map(|h| {
+                let g = gamma.clone().narrow(0, h, 1).reshape([1, 1, s]);
+                let b = beta.clone().narrow(0, h, 1).reshape([1, 1, s]);
+                z.clone() * g + b
+            })
+            .collect()
+    }
+}
+
+/// Attention direction: what a query may see.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Keys at or before the query (language modelling).
+    Causal,
+    /// All keys (masked language modelling).
+    Bidirectional,
+}
+
+/// A [T, T] mask, `true` strictly above the diagonal (the future a causal query must not see).
+pub fn future_mask(len: usize, device: &Device) -> Tensor<2, Bool> {
+    // burn's `tril_mask` marks what lies *outside* the lower triangle (diagonal included).
+    Tensor::<2, Bool>::tril_mask([len, len], 0, device)
+}
+
+/// A [T, T] matrix of ones on and below the diagonal, zeros above: multiplies a non-negative
+/// kernel (relu²) to make it causal without a `-inf` fill.
+pub fn causal_ones(len: usize, device: &Device) -> Tensor<2> {
+    Tensor::<2>::ones([len, len], device).tril(0)
+}
+
+/// For chunk summaries `x`: [B, G, ..] returns `y[:, g] = Σ_{h < g} x[:, h]` — the strictly earlier
+/// chunks only (FLASH §3.2, causal global attention). The first chunk sees zeros. Inclusive sums here
+/// would leak the current chunk's future tokens (pitfall 1 of the notes).
+pub fn exclusive_chunk_sum<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    let dims = x.dims();
+    let g = dims[1];
+    let inclusive = x.cumsum(1);
+    let mut zero_shape = dims;
+    zero_shape[1] = 1;
+    let zeros = Tensor::<D>::zeros(zero_shape, &inclusive.device());
+    if g == 1 {
+        return zeros;
+    }
+    Tensor::cat(vec![zeros, inclusive.narrow(1, 0, g - 1)], 1)
+}
+
+/// Pads `x`: [B, T, ..] with zeros along dim 1 to `len` positions.
+pub fn pad_time<const D: usize>(x: Tensor<D>, len: usize) -> Tensor<D> {
+    let dims = x.dims();
+    let t = dims[1];
+    if t == len {
+        return x;
+    }
+    let mut pad_shape = dims;
+    pad_shape[1] = len - t;
+    let zeros = Tensor::<D>::zeros(pad_shape, &x.device());
+    Tensor::cat(vec![x, zeros], 1)
+}
+
+/// Smallest multiple of `chunk` that holds `len` positions.
+pub fn padded_len(len: usize, chunk: usize) -> usize {
+    len.div_ceil(chunk) * chunk
+}
+
+/// A [B, T, 1] multiplier, 1 on real tokens and 0 on padding, from a padding mask (`true` = pad).
+pub fn keep_multiplier(padding: &Tensor<2, Bool>) -> Tensor<3> {
+    let [b, t] = padding.dims();
+    padding.clone().bool_not().float().reshape([b, t, 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exclusive_chunk_sum_excludes_current_chunk() {
+        let dev = Device::flex();
+        let x = Tensor::<3>::from_floats([[[1.0], [2.0], [4.0]]], &dev); // [1, 3, 1]
+        let y: Vec<f32> = exclusive_chunk_sum(x)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        assert_eq!(y, vec![0.0, 1.0, 3.0]);
+    }
+
+    #[test]
+    fn toeplitz_bias_depends_only_on_offset() {
+        let dev = Device::flex();
+        let bias = RelPosBias::new(8, &dev);
+        let m: Vec<f32> = bias
+            .square(5, &dev)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        for i in 1..5 {
+            for j in 1..5 {
+                assert_eq!(m[i * 5 + j], m[(i - 1) * 5 + (j - 1)]);
+            }
+        }
+        assert_ne!(m[1], m[5], "b[0,1] and b[1,0] use different weights");
+    }
+}

@@ -1,0 +1,21 @@
+//! The model zoo of the FLASH paper ("Transformer Quality in Linear Time", Hua et al. 2022):
+//! GAU, FLASH-Quad, FLASH (mixed chunk attention) and its LocalOnly / GlobalOnly ablations, and the
+//! baselines Transformer, Transformer+, Transformer++, Performer, Combiner and MC-TFM++.
+//!
+//! - [`layers`]: norms, RoPE, relative position bias, scaled sinusoid, relu², chunk helpers;
+//! - [`attention`]: the attention kernels as plain functions (full and one-token forms);
+//! - [`gau`]: the GAU / FLASH layer; [`transformer`]: the Transformer block of the baselines;
+//! - [`lm`]: [`ModelConfig`] (architecture by name, paper presets) and [`LanguageModel`].
+
+pub mod attention;
+pub mod gau;
+pub mod layers;
+pub mod lm;
+pub mod transformer;
+
+pub use attention::ChunkParts;
+pub use layers::{Direction, NormKind, Relu2Scaling};
+pub use lm::{
+    Architecture, DecodeState, LanguageModel, ModelConfig, causal_lm_loss, cross_entropy,
+    masked_lm_loss,
+};

@@ -1,0 +1,472 @@
+//! Language models over every architecture: one [`ModelConfig`] names the architecture and its
+//! sizes; [`LanguageModel`] embeds tokens, runs the layer stack and projects onto the vocabulary
+//! with the tied embedding (causal LM and masked LM heads differ only by attention direction and
+//! loss). Presets are named constructors stating only what differs from the defaults.
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::nn::{Embedding, EmbeddingConfig};
+use burn::prelude::*;
+use burn::tensor::activation::log_softmax;
+use serde::{Deserialize, Serialize};
+
+use crate::attention::ChunkParts;
+use crate::gau::{Gau, GauCache, GauConfig, GauSpan};
+use crate::layers::{
+    Direction, Norm, NormKind, Relu2Scaling, Rope, ScaledSinusoidal, keep_multiplier, normal_init,
+};
+use crate::transformer::{
+    AttentionKind, BlockCache, FeedForwardKind, TransformerBlock, TransformerBlockConfig,
+};
+
+/// Every architecture of the FLASH paper's comparisons and ablations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Architecture {
+    /// Vanilla Transformer: softmax MHSA + GELU MLP, scaled sinusoidal positions.
+    Transformer,
+    /// Transformer+: Transformer with RoPE.
+    TransformerPlus,
+    /// Transformer++: Transformer with RoPE and a GLU feed-forward.
+    #[serde(rename = "transformer_plusplus")]
+    TransformerPlusPlus,
+    /// Performer: Transformer++ with FAVOR+ attention.
+    Performer,
+    /// Combiner: Transformer++ with chunk-summary attention.
+    Combiner,
+    /// FLASH-Quad: a stack of GAU layers with full relu² attention.
+    FlashQuad,
+    /// FLASH: GAU layers with mixed chunk attention.
+    Flash,
+    /// MC-TFM++: Transformer++ with mixed chunk attention per head.
+    #[serde(rename = "mc_tfmpp")]
+    McTfmPlusPlus,
+    /// FLASH with the global (linear) part removed.
+    FlashLocalOnly,
+    /// FLASH with the local (quadratic) part removed.
+    FlashGlobalOnly,
+}
+
+impl Architecture {
+    /// All architectures, in the order of the paper's tables.
+    pub const ALL: [Architecture; 10] = [
+        Architecture::Transformer,
+        Architecture::TransformerPlus,
+        Architecture::TransformerPlusPlus,
+        Architecture::Performer,
+        Architecture::Combiner,
+        Architecture::FlashQuad,
+        Architecture::Flash,
+        Architecture::McTfmPlusPlus,
+        Architecture::FlashLocalOnly,
+        Architecture::FlashGlobalOnly,
+    ];
+
+    /// The name experiments use to pick the model.
+    pub fn name(self) -> &'static str {
+        match self {
+            Architecture::Transformer => "transformer",
+            Architecture::TransformerPlus => "transformer_plus",
+            Architecture::TransformerPlusPlus => "transformer_plusplus",
+            Architecture::Performer => "performer",
+            Architecture::Combiner => "combiner",
+            Architecture::FlashQuad => "flash_quad",
+            Architecture::Flash => "flash",
+            Architecture::McTfmPlusPlus => "mc_tfmpp",
+            Architecture::FlashLocalOnly => "flash_local_only",
+            Architecture::FlashGlobalOnly => "flash_global_only",
+        }
+    }
+
+    /// Whether the layers are GAUs (two per Transformer block) rather than Transformer blocks.
+    pub fn is_gau(self) -> bool {
+        matches!(
+            self,
+            Architecture::FlashQuad
+                | Architecture::Flash
+                | Architecture::FlashLocalOnly
+                | Architecture::FlashGlobalOnly
+        )
+    }
+}
+
+impl fmt::Display for Architecture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Architecture {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Architecture::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Architecture::ALL.iter().map(|a| a.name()).collect();
+                format!("unknown model `{s}`; known models: {}", names.join(", "))
+            })
+    }
+}
+
+/// A language model: architecture and sizes. Defaults are the FLASH paper's (§4, appendix A).
+#[derive(Config, Debug)]
+pub struct ModelConfig {
+    /// Which architecture.
+    pub arch: Architecture,
+    /// Vocabulary size (paper: a 32K SentencePiece vocabulary; 32768 assumed).
+    #[config(default = 32768)]
+    pub vocab_size: usize,
+    /// Model width d.
+    #[config(default = 768)]
+    pub d_model: usize,
+    /// Depth in Transformer blocks; GAU models have two GAU layers per block (FLASH §2: "two GAUs
+    /// replace one Transformer block at similar size").
+    #[config(default = 12)]
+    pub n_blocks: usize,
+    /// Attention heads of the Transformer-family models (head width 64).
+    #[config(default = 12)]
+    pub n_heads: usize,
+    /// GAU expansion: e = expansion_factor · d (paper: 2).
+    #[config(default = 2)]
+    pub expansion_factor: usize,
+    /// GAU shared Q/K width s (paper: 128).
+    #[config(default = 128)]
+    pub d_qk: usize,
+    /// Chunk size C of FLASH, MC-TFM++ and Combiner (paper: 256).
+    #[config(default = 256)]
+    pub chunk_size: usize,
+    /// Training context; FLASH-Quad's attention window n (its scaling and position bias).
+    #[config(default = 1024)]
+    pub context: usize,
+    /// relu² score scaling (paper appendix: divide by the window).
+    #[config(default = "Relu2Scaling::Window")]
+    pub scaling: Relu2Scaling,
+    /// Pre-norm kind.
+    #[config(default = "NormKind::LayerNorm")]
+    pub norm: NormKind,
+    /// Random features per head of Performer (FAVOR+; 256 as in Choromanski et al.'s LM runs).
+    #[config(default = 256)]
+    pub performer_features: usize,
+    /// Seed of Performer's random features.
+    #[config(default = 0)]
+    pub seed: u64,
+}
+
+impl ModelConfig {
+    /// ~110M-parameter models of the C4 (MLM) and Wiki-40B (LM) experiments: d = 768, 12 blocks
+    /// (24 GAU layers), 12 heads, 32768 tied vocabulary. The paper states the size, not the shapes;
+    /// these are the BERT-base shapes that give it.
+    pub fn paper_base(arch: Architecture) -> Self {
+        Self::new(arch)
+    }
+
+    /// ~500M-parameter models of the PG-19 experiment. Assumed shapes (not given in the text):
+    /// d = 1024, 36 blocks (72 GAU layers), 16 heads, context 8192.
+    pub fn paper_large(arch: Architecture) -> Self {
+        Self::new(arch)
+            .with_d_model(1024)
+            .with_n_blocks(36)
+            .with_n_heads(16)
+            .with_context(8192)
+    }
+
+    /// The latency benchmark's shapes (`shared/notes/performance.md`, the JAX anchor): d = 256,
+    /// 4 blocks (8 GAU layers), 4 heads, vocabulary 8192, s = 128, e = 2d, chunk 256.
+    pub fn latency_bench(arch: Architecture, context: usize) -> Self {
+        Self::new(arch)
+            .with_vocab_size(8192)
+            .with_d_model(256)
+            .with_n_blocks(4)
+            .with_n_heads(4)
+            .with_context(context)
+    }
+
+    /// A few-thousand-parameter model for tests: d = 32, 2 blocks, 2 heads, s = 16, chunk 8,
+    /// context 32, vocabulary 64.
+    pub fn tiny(arch: Architecture) -> Self {
+        Self::new(arch)
+            .with_vocab_size(64)
+            .with_d_model(32)
+            .with_n_blocks(2)
+            .with_n_heads(2)
+            .with_d_qk(16)
+            .with_chunk_size(8)
+            .with_context(32)
+            .with_performer_features(64)
+    }
+
+    /// Feed-forward width: 4d for the GELU MLP; 8d/3 for the GLU, so that its three matrices hold
+    /// the MLP's 8d² parameters.
+    pub fn d_ff(&self) -> usize {
+        match self.feed_forward() {
+            FeedForwardKind::Mlp => 4 * self.d_model,
+            FeedForwardKind::Glu => 8 * self.d_model / 3,
+        }
+    }
+
+    fn feed_forward(&self) -> FeedForwardKind {
+        match self.arch {
+            Architecture::Transformer | Architecture::TransformerPlus => FeedForwardKind::Mlp,
+            _ => FeedForwardKind::Glu,
+        }
+    }
+
+    /// Width of the RoPE tables the layers need (GAU: s; Transformers: head width), none for the
+    /// vanilla Transformer.
+    fn rope_dim(&self) -> Option<usize> {
+        match self.arch {
+            Architecture::Transformer => None,
+            a if a.is_gau() => Some(self.d_qk),
+            _ => Some(self.d_model / self.n_heads),
+        }
+    }
+
+    /// Whether the scaled sinusoidal absolute embedding is added to the token embeddings: the
+    /// vanilla Transformer (its only position signal) and the GAU models (FLASH appendix,
+    /// `_get_scaledsin`, used together with RoPE and the relative bias).
+    fn uses_sinusoid(&self) -> bool {
+        self.arch == Architecture::Transformer || self.arch.is_gau()
+    }
+
+    /// Builds the model for `direction` (causal LM or masked LM).
+    pub fn init(&self, direction: Direction, device: &Device) -> LanguageModel {
+        let layers = if self.arch.is_gau() {
+            let span = match self.arch {
+                Architecture::FlashQuad => GauSpan::Quad {
+                    window: self.context,
+                },
+                Architecture::Flash => GauSpan::MixedChunk {
+                    chunk: self.chunk_size,
+                    parts: ChunkParts::Mixed,
+                },
+                Architecture::FlashLocalOnly => GauSpan::MixedChunk {
+                    chunk: self.chunk_size,
+                    parts: ChunkParts::LocalOnly,
+                },
+                _ => GauSpan::MixedChunk {
+                    chunk: self.chunk_size,
+                    parts: ChunkParts::GlobalOnly,
+                },
+            };
+            let gau = GauConfig::new(self.d_model, span, direction)
+                .with_expansion_factor(self.expansion_factor)
+                .with_d_qk(self.d_qk)
+                .with_scaling(self.scaling)
+                .with_norm(self.norm);
+            (0..2 * self.n_blocks)
+                .map(|_| Layer::Gau(gau.init(device)))
+                .collect()
+        } else {
+            let attention = match self.arch {
+                Architecture::Performer => AttentionKind::Favor {
+                    features: self.performer_features,
+                },
+                Architecture::Combiner => AttentionKind::Combiner {
+                    chunk: self.chunk_size,
+                },
+                Architecture::McTfmPlusPlus => AttentionKind::MixedChunk {
+                    chunk: self.chunk_size,
+                },
+                _ => AttentionKind::Softmax,
+            };
+            (0..self.n_blocks)
+                .map(|i| {
+                    let block = TransformerBlockConfig::new(
+                        self.d_model,
+                        self.n_heads,
+                        self.d_ff(),
+                        attention,
+                        self.feed_forward(),
+                        direction,
+                    )
+                    .with_norm(self.norm)
+                    .with_seed(self.seed.wrapping_add(i as u64));
+                    Layer::Block(block.init(device))
+                })
+                .collect()
+        };
+        LanguageModel {
+            embedding: EmbeddingConfig::new(self.vocab_size, self.d_model)
+                .with_initializer(normal_init())
+                .init(device),
+            sinusoid: self
+                .uses_sinusoid()
+                .then(|| ScaledSinusoidal::new(self.d_model, device)),
+            layers,
+            final_norm: Norm::new(self.norm, self.d_model, device),
+            rope_dim: self.rope_dim().unwrap_or(0),
+            context: self.context,
+            direction,
+        }
+    }
+}
+
+/// One layer of the stack.
+#[derive(Module, Debug)]
+pub enum Layer {
+    /// A GAU (FLASH-Quad, FLASH and its ablations).
+    Gau(Gau),
+    /// A Transformer block (the baselines).
+    Block(TransformerBlock),
+}
+
+/// Per-layer decoding state plus the position of the next token.
+#[derive(Clone, Debug)]
+pub struct DecodeState {
+    /// Position of the next token.
+    pub pos: usize,
+    caches: Vec<LayerCache>,
+}
+
+#[derive(Clone, Debug)]
+enum LayerCache {
+    Gau(GauCache),
+    Block(BlockCache),
+}
+
+/// Token embedding → layers → final norm → tied output projection.
+#[derive(Module, Debug)]
+pub struct LanguageModel {
+    embedding: Embedding,
+    sinusoid: Option<ScaledSinusoidal>,
+    layers: Vec<Layer>,
+    final_norm: Norm,
+    /// Width of the RoPE tables (0: no RoPE).
+    rope_dim: usize,
+    /// The training context (the longest sequence FLASH-Quad's bias covers).
+    context: usize,
+    #[module(skip)]
+    direction: Direction,
+}
+
+impl LanguageModel {
+    /// The attention direction the model was built for.
+    pub fn direction(&self) -> Direction {
+        self.direction
+    }
+
+    fn rope(&self, offset: usize, len: usize, device: &Device) -> Option<Rope> {
+        (self.rope_dim > 0).then(|| Rope::new(self.rope_dim, offset, len, device))
+    }
+
+    fn embed(&self, tokens: Tensor<2, Int>, offset: usize) -> Tensor<3> {
+        let [_, t] = tokens.dims();
+        let device = tokens.device();
+        let x = self.embedding.forward(tokens);
+        match &self.sinusoid {
+            Some(s) => x + s.forward(offset, t, &device).unsqueeze::<3>(),
+            None => x,
+        }
+    }
+
+    fn logits(&self, x: Tensor<3>) -> Tensor<3> {
+        let x = self.final_norm.forward(x);
+        x.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>())
+    }
+
+    /// Hidden states before the output projection. tokens: [B, T]; padding: [B, T], `true` on
+    /// padded positions (they never influence real positions) → [B, T, d].
+    pub fn hidden(&self, tokens: Tensor<2, Int>, padding: Option<Tensor<2, Bool>>) -> Tensor<3> {
+        let [_, t] = tokens.dims();
+        let device = tokens.device();
+        let rope = self.rope(0, t, &device);
+        let keep = padding.as_ref().map(keep_multiplier);
+        let mut x = self.embed(tokens, 0);
+        for layer in &self.layers {
+            x = match layer {
+                Layer::Gau(g) => g.forward(x, rope.as_ref().expect("GAU uses RoPE"), keep.as_ref()),
+                Layer::Block(b) => b.forward(x, rope.as_ref(), keep.as_ref()),
+            };
+        }
+        x
+    }
+
+    /// Logits over the vocabulary: [B, T, V].
+    pub fn forward(&self, tokens: Tensor<2, Int>, padding: Option<Tensor<2, Bool>>) -> Tensor<3> {
+        self.logits(self.hidden(tokens, padding))
+    }
+
+    /// A fresh decoding state (causal models only).
+    pub fn start_decoding(&self) -> DecodeState {
+        assert_eq!(
+            self.direction,
+            Direction::Causal,
+            "masked LMs do not decode"
+        );
+        let caches = self
+            .layers
+            .iter()
+            .map(|l| match l {
+                Layer::Gau(g) => LayerCache::Gau(g.empty_cache()),
+                Layer::Block(b) => LayerCache::Block(b.empty_cache()),
+            })
+            .collect();
+        DecodeState { pos: 0, caches }
+    }
+
+    /// Feeds one token per sequence and returns the next-token logits. token: [B, 1] → [B, 1, V].
+    pub fn step(&self, token: Tensor<2, Int>, state: &mut DecodeState) -> Tensor<3> {
+        let device = token.device();
+        let pos = state.pos;
+        let rope = self.rope(pos, 1, &device);
+        let mut x = self.embed(token, pos);
+        for (layer, cache) in self.layers.iter().zip(state.caches.iter_mut()) {
+            x = match (layer, cache) {
+                (Layer::Gau(g), LayerCache::Gau(c)) => {
+                    g.step(x, pos, rope.as_ref().expect("GAU uses RoPE"), c)
+                }
+                (Layer::Block(b), LayerCache::Block(c)) => b.step(x, rope.as_ref(), c),
+                _ => unreachable!("caches are built from the layers"),
+            };
+        }
+        state.pos += 1;
+        self.logits(x)
+    }
+}
+
+/// Mean cross-entropy of `logits`: [N, V] against `targets`: [N], over the positions where
+/// `weights` ([N], 0 or 1) is 1, or all positions.
+pub fn cross_entropy(
+    logits: Tensor<2>,
+    targets: Tensor<1, Int>,
+    weights: Option<Tensor<1>>,
+) -> Tensor<1> {
+    let [n, _] = logits.dims();
+    let logp = log_softmax(logits, 1);
+    let picked = logp.gather(1, targets.reshape([n, 1])).reshape([n]);
+    match weights {
+        Some(w) => -(picked * w.clone()).sum() / w.sum().clamp_min(1.0),
+        None => -picked.mean(),
+    }
+}
+
+/// Next-token loss of a causal LM: predicts `tokens[:, 1:]` from `tokens[:, :-1]`. tokens: [B, T + 1].
+pub fn causal_lm_loss(model: &LanguageModel, tokens: Tensor<2, Int>) -> Tensor<1> {
+    let [b, t1] = tokens.dims();
+    let t = t1 - 1;
+    let inputs = tokens.clone().narrow(1, 0, t);
+    let targets = tokens.narrow(1, 1, t).reshape([b * t]);
+    let logits = model.forward(inputs, None);
+    let v = logits.dims()[2];
+    cross_entropy(logits.reshape([b * t, v]), targets, None)
+}
+
+/// Masked-LM loss: cross-entropy on the positions where `predict` ([B, T], 1.0 = masked token) is set.
+pub fn masked_lm_loss(
+    model: &LanguageModel,
+    inputs: Tensor<2, Int>,
+    targets: Tensor<2, Int>,
+    predict: Tensor<2>,
+    padding: Option<Tensor<2, Bool>>,
+) -> Tensor<1> {
+    let [b, t] = inputs.dims();
+    let logits = model.forward(inputs, padding);
+    let v = logits.dims()[2];
+    cross_entropy(
+        logits.reshape([b * t, v]),
+        targets.reshape([b * t]),
+        Some(predict.reshape([b * t])),
+    )
+}

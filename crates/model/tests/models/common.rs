@@ -1,0 +1,91 @@
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::prelude::*;
+use burn::tensor::Distribution;
+use burn::tensor::Gradients;
+
+pub fn device() -> Device {
+    Device::flex()
+}
+
+pub fn autodiff_device() -> Device {
+    Device::flex().autodiff()
+}
+
+/// Deterministic pseudo-random token ids in 0..vocab.
+pub fn tokens(seed: u64, batch: usize, len: usize, vocab: usize) -> Vec<i64> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..batch * len)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) % vocab as u64) as i64
+        })
+        .collect()
+}
+
+pub fn token_tensor(ids: &[i64], batch: usize, device: &Device) -> Tensor<2, Int> {
+    let len = ids.len() / batch;
+    Tensor::from_data(TensorData::new(ids.to_vec(), [batch, len]), device)
+}
+
+pub fn randn<const D: usize>(shape: [usize; D], seed: u64, device: &Device) -> Tensor<D> {
+    device.seed(seed);
+    Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
+}
+
+pub fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().try_to_vec_as::<f32>().unwrap()
+}
+
+/// Largest absolute difference, relative to the largest magnitude of `b` (at least 1).
+pub fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    let scale = b.iter().fold(1f32, |m, x| m.max(x.abs()));
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+}
+
+pub fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
+    let d = max_rel_diff(a, b);
+    assert!(d <= tol, "{what}: max relative difference {d:e} > {tol:e}");
+}
+
+/// Gradients of every float parameter of `module`, in visiting order (None where absent).
+pub fn param_grads<M: Module>(module: &M, grads: &Gradients) -> Vec<Option<Vec<f32>>> {
+    struct Collect<'a> {
+        grads: &'a Gradients,
+        out: Vec<Option<Vec<f32>>>,
+    }
+    impl ModuleVisitor for Collect<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.out.push(param.val().grad(self.grads).map(values));
+        }
+    }
+    let mut c = Collect {
+        grads,
+        out: Vec::new(),
+    };
+    module.visit(&mut c);
+    c.out
+}
+
+/// Adds N(0, std) noise to every float parameter, so that every path of a freshly initialised model
+/// (many start near zero, e.g. FLASH's γ ~ N(0, 0.02)) moves the outputs enough for a leak to show.
+pub fn perturb<M: Module>(module: M, std: f64, seed: u64) -> M {
+    struct Noise(f64);
+    impl ModuleMapper for Noise {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            let std = self.0;
+            param.map(|t| {
+                let grad = t.is_require_grad();
+                let noisy =
+                    (t.clone().detach() + t.random_like(Distribution::Normal(0.0, std))).detach();
+                noisy.set_require_grad(grad)
+            })
+        }
+    }
+    device().seed(seed);
+    module.map(&mut Noise(std))
+}

@@ -1,0 +1,10 @@
+//! Property and equivalence tests of the model zoo, on random inputs and weights. Each compares two
+//! computations that must agree (or a quantity against a bound) and fails when they do not.
+
+mod causality;
+mod chunked;
+mod common;
+mod overfit;
+mod padding;
+mod params;
+mod performer;
