@@ -1,1 +1,321 @@
-//! experiments
+//! Shared code of the experiment binaries: command line, layered configs (a TOML file per scale,
+//! `--config FILE` to replace it, `--set key=value` to override fields), output directories and
+//! provenance. Each binary is a thin `main` over one module here.
+
+pub mod latency;
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use training::{Backend, Provenance, write_json};
+
+/// The three scales every experiment has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    /// Seconds; CI runs it.
+    Smoke,
+    /// A real small-scale reproduction on a 2-core CPU (minutes to an hour).
+    Cpu,
+    /// The paper's hyper-parameters, for GPU machines and the real datasets.
+    Paper,
+}
+
+impl Profile {
+    /// The profile's name, also its config file's stem.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Smoke => "smoke",
+            Profile::Cpu => "cpu",
+            Profile::Paper => "paper",
+        }
+    }
+}
+
+impl FromStr for Profile {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "smoke" => Ok(Profile::Smoke),
+            "cpu" => Ok(Profile::Cpu),
+            "paper" => Ok(Profile::Paper),
+            _ => bail!("unknown profile `{s}`: choose smoke, cpu or paper"),
+        }
+    }
+}
+
+/// The command line every experiment accepts.
+#[derive(Clone, Debug)]
+pub struct Cli {
+    /// Experiment id (the binary's name).
+    pub id: &'static str,
+    /// Scale.
+    pub profile: Profile,
+    /// Backend.
+    pub backend: Backend,
+    /// A config file replacing the profile's.
+    pub config: Option<PathBuf>,
+    /// `key=value` overrides, applied in order.
+    pub sets: Vec<(String, String)>,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Re-render charts and tables from the existing CSVs instead of running.
+    pub report_only: bool,
+}
+
+const USAGE: &str = "options: [--profile smoke|cpu|paper] [--device flex|wgpu|tch|cuda] [--config FILE] \
+[--set key=value]... [--out DIR] [--report]";
+
+impl Cli {
+    /// Parses `args` (without the program name) for experiment `id`.
+    pub fn parse(id: &'static str, args: impl IntoIterator<Item = String>) -> Result<Self> {
+        let mut profile = Profile::Cpu;
+        let mut backend = Backend::default();
+        let mut config = None;
+        let mut sets = Vec::new();
+        let mut out = None;
+        let mut report_only = false;
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) if f.starts_with("--") && f != "--set" => {
+                    (f.to_string(), Some(v.to_string()))
+                }
+                _ => (arg.clone(), None),
+            };
+            let mut value = |name: &str| {
+                inline
+                    .clone()
+                    .or_else(|| args.next())
+                    .with_context(|| format!("{name} needs a value; {USAGE}"))
+            };
+            match flag.as_str() {
+                "--profile" => profile = value("--profile")?.parse()?,
+                "--device" => backend = value("--device")?.parse()?,
+                "--config" => config = Some(PathBuf::from(value("--config")?)),
+                "--out" => out = Some(PathBuf::from(value("--out")?)),
+                "--set" => {
+                    let kv = value("--set")?;
+                    let (k, v) = kv
+                        .split_once('=')
+                        .with_context(|| format!("--set expects key=value, got `{kv}`"))?;
+                    sets.push((k.trim().to_string(), v.trim().to_string()));
+                }
+                "--report" => report_only = true,
+                "-h" | "--help" => bail!("usage: {id} {USAGE}"),
+                other => bail!("unknown option `{other}`; {USAGE}"),
+            }
+        }
+        // Committed results come from the cpu scale; other scales write under runs/ (not committed).
+        let out = out.unwrap_or_else(|| match profile {
+            Profile::Cpu => PathBuf::from("results").join(id),
+            _ => PathBuf::from("runs").join(id).join(profile.name()),
+        });
+        Ok(Self {
+            id,
+            profile,
+            backend,
+            config,
+            sets,
+            out,
+            report_only,
+        })
+    }
+
+    /// Loads the experiment config: `--config FILE` or the profile's built-in file, then the
+    /// `--set` overrides. Unknown keys and wrong types are errors naming the key.
+    pub fn load_config<C: DeserializeOwned>(
+        &self,
+        builtin: &dyn Fn(Profile) -> &'static str,
+    ) -> Result<C> {
+        let (text, source) = match &self.config {
+            Some(path) => (
+                std::fs::read_to_string(path).with_context(|| {
+                    format!("cannot read config {}: check the path", path.display())
+                })?,
+                path.display().to_string(),
+            ),
+            None => (
+                builtin(self.profile).to_string(),
+                format!(
+                    "experiments/configs/{}/{}.toml",
+                    self.id,
+                    self.profile.name()
+                ),
+            ),
+        };
+        let mut table: toml::Table = text
+            .parse()
+            .with_context(|| format!("config {source} is not valid TOML"))?;
+        for (key, raw) in &self.sets {
+            if !table.contains_key(key) {
+                let keys: Vec<_> = table.keys().cloned().collect();
+                bail!(
+                    "--set {key}: no such field in {source}; fields: {}",
+                    keys.join(", ")
+                );
+            }
+            let value = parse_value(raw);
+            table.insert(key.clone(), value);
+        }
+        C::deserialize(toml::Value::Table(table)).with_context(|| format!("bad config {source}"))
+    }
+
+    /// Saves the resolved config and the provenance beside the results.
+    pub fn save_provenance<C: Serialize>(&self, config: &C) -> Result<Provenance> {
+        let provenance = Provenance::collect(training::device::describe(self.backend));
+        write_json(&self.out.join("config.json"), config)?;
+        write_json(&self.out.join("env.json"), &provenance)?;
+        Ok(provenance)
+    }
+}
+
+/// A `--set` value: TOML syntax when it parses (`3`, `1e-3`, `[512, 1024]`, `"x"`), else a string.
+fn parse_value(raw: &str) -> toml::Value {
+    format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+}
+
+/// Runs an experiment's body, turning errors into one line on stderr and exit status 1.
+pub fn main_with(id: &'static str, body: impl FnOnce(Cli) -> Result<()>) {
+    let result = Cli::parse(id, std::env::args().skip(1)).and_then(body);
+    if let Err(e) = result {
+        let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+        eprintln!("error: {}", chain.join(": "));
+        std::process::exit(1);
+    }
+}
+
+/// Progress of a sweep: a bar with rate and ETA on a terminal, plain lines otherwise.
+pub struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    total: usize,
+    done: usize,
+    start: std::time::Instant,
+}
+
+impl Progress {
+    /// A sweep of `total` items.
+    pub fn new(total: usize) -> Self {
+        use std::io::IsTerminal;
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(total as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:30} {pos}/{len} [{elapsed} < {eta}] {msg}",
+                )
+                .expect("static template"),
+            );
+            bar
+        });
+        Self {
+            bar,
+            total,
+            done: 0,
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// Marks one item done with a message.
+    pub fn item(&mut self, msg: String) {
+        self.done += 1;
+        match &self.bar {
+            Some(bar) => {
+                bar.println(&msg);
+                bar.inc(1);
+            }
+            None => {
+                let elapsed = self.start.elapsed().as_secs_f64();
+                let eta = elapsed / self.done as f64 * (self.total - self.done) as f64;
+                eprintln!(
+                    "[{}/{}] {msg} (elapsed {elapsed:.0} s, eta {eta:.0} s)",
+                    self.done, self.total
+                );
+            }
+        }
+    }
+
+    /// Shows what is running now (terminal only).
+    pub fn running(&self, msg: String) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(msg);
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli> {
+        Cli::parse("table11", args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn parses_flags_and_defaults() {
+        let cli = parse(&[
+            "--profile",
+            "smoke",
+            "--set",
+            "contexts=[16, 32]",
+            "--device=flex",
+        ])
+        .unwrap();
+        assert_eq!(cli.profile, Profile::Smoke);
+        assert_eq!(cli.out, PathBuf::from("runs/table11/smoke"));
+        assert_eq!(
+            cli.sets,
+            vec![("contexts".to_string(), "[16, 32]".to_string())]
+        );
+        assert_eq!(parse(&[]).unwrap().out, PathBuf::from("results/table11"));
+    }
+
+    #[test]
+    fn rejects_bad_input_with_a_message() {
+        let e = |args: &[&str]| parse(args).unwrap_err().to_string();
+        assert!(e(&["--profile", "huge"]).contains("unknown profile `huge`"));
+        assert!(e(&["--device", "tpu"]).contains("unknown device `tpu`"));
+        assert!(e(&["--frobnicate"]).contains("unknown option `--frobnicate`"));
+        assert!(e(&["--set", "novalue"]).contains("key=value"));
+    }
+
+    #[test]
+    fn set_overrides_typed_fields_and_rejects_unknown_ones() {
+        #[derive(serde::Deserialize, Debug)]
+        struct C {
+            steps: usize,
+            names: Vec<String>,
+        }
+        let builtin = |_: Profile| "steps = 3\nnames = [\"a\"]\n";
+        let cli = parse(&["--set", "steps=5", "--set", "names=[\"b\", \"c\"]"]).unwrap();
+        let c: C = cli.load_config(&builtin).unwrap();
+        assert_eq!(
+            (c.steps, c.names),
+            (5, vec!["b".to_string(), "c".to_string()])
+        );
+        let err = parse(&["--set", "stpes=5"])
+            .unwrap()
+            .load_config::<C>(&builtin)
+            .unwrap_err();
+        assert!(err.to_string().contains("no such field"), "{err}");
+        let err = parse(&["--set", "steps=many"])
+            .unwrap()
+            .load_config::<C>(&builtin)
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("steps"), "{err:#}");
+    }
+}

@@ -124,6 +124,8 @@ pub struct Gau {
 }
 
 /// The decoding state of one GAU layer.
+// One value per layer, built once: the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum GauCache {
     /// FLASH-Quad: every past key and value.

@@ -111,7 +111,7 @@ pub struct Rope {
 impl Rope {
     /// Tables for positions `offset .. offset + len` of vectors of width `dim` (even).
     pub fn new(dim: usize, offset: usize, len: usize, device: &Device) -> Self {
-        assert!(dim % 2 == 0, "RoPE needs an even width, got {dim}");
+        assert!(dim.is_multiple_of(2), "RoPE needs an even width, got {dim}");
         let half = dim / 2;
         let mut cos = Vec::with_capacity(len * half);
         let mut sin = Vec::with_capacity(len * half);
@@ -258,7 +258,7 @@ impl RelPosBias {
     /// The window length n this bias was built for, if it is fixed (Toeplitz).
     fn toeplitz_window(&self) -> Option<usize> {
         match self {
-            RelPosBias::Toeplitz(w) => Some((w.dims()[0] + 1) / 2),
+            RelPosBias::Toeplitz(w) => Some(w.dims()[0].div_ceil(2)),
             RelPosBias::RopeProduct(_) => None,
         }
     }

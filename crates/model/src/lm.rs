@@ -93,7 +93,7 @@ impl Architecture {
 
 impl fmt::Display for Architecture {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 
@@ -304,6 +304,8 @@ impl ModelConfig {
 }
 
 /// One layer of the stack.
+// One value per layer, built once: the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Layer {
     /// A GAU (FLASH-Quad, FLASH and its ablations).
@@ -469,4 +471,26 @@ pub fn masked_lm_loss(
         targets.reshape([b * t]),
         Some(predict.reshape([b * t])),
     )
+}
+
+/// The named size presets, for experiment configs that pick a preset by name.
+pub const PRESETS: [&str; 4] = ["tiny", "latency_bench", "paper_base", "paper_large"];
+
+impl ModelConfig {
+    /// A preset by name (see [`PRESETS`]) with its context set to `context`.
+    pub fn preset(name: &str, arch: Architecture, context: usize) -> Result<Self, String> {
+        let config = match name {
+            "tiny" => Self::tiny(arch),
+            "latency_bench" => Self::latency_bench(arch, context),
+            "paper_base" => Self::paper_base(arch),
+            "paper_large" => Self::paper_large(arch),
+            _ => {
+                return Err(format!(
+                    "unknown model preset `{name}`; known presets: {}",
+                    PRESETS.join(", ")
+                ));
+            }
+        };
+        Ok(config.with_context(context))
+    }
 }

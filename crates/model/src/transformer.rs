@@ -199,6 +199,8 @@ pub struct TransformerBlock {
 }
 
 /// The decoding state of one Transformer block.
+// One value per layer, built once: the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum BlockCache {
     /// Softmax attention: every past key and value, [B·H, t, dh].

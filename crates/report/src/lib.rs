@@ -1,1 +1,218 @@
-//! report
+//! Charts and tables drawn from result CSVs only (never by re-running an experiment).
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use plotters::prelude::*;
+
+/// DejaVu Sans, bundled so charts render the same on a machine without fonts (licence beside it).
+const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
+
+fn register_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // The bundled file is a valid TrueType font; failure here would be a packaging bug.
+        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+            .map_err(|_| "bundled font")
+            .expect("the bundled DejaVu Sans font loads");
+    });
+}
+
+/// One named line of (x, y) points.
+#[derive(Clone, Debug)]
+pub struct Series {
+    /// Legend label.
+    pub name: String,
+    /// Points, in x order.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Axis scale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    /// Linear axis.
+    Linear,
+    /// Base-2 logarithmic axis (context lengths, latencies).
+    Log2,
+}
+
+/// A line chart: title, axis labels and scales.
+#[derive(Clone, Debug)]
+pub struct LineChart {
+    /// Title above the plot.
+    pub title: String,
+    /// X axis label.
+    pub x_label: String,
+    /// Y axis label.
+    pub y_label: String,
+    /// X axis scale.
+    pub x_scale: Scale,
+    /// Y axis scale.
+    pub y_scale: Scale,
+}
+
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+fn transform(scale: Scale, v: f64) -> f64 {
+    match scale {
+        Scale::Linear => v,
+        Scale::Log2 => v.log2(),
+    }
+}
+
+impl LineChart {
+    fn draw<DB: DrawingBackend>(
+        &self,
+        root: DrawingArea<DB, plotters::coord::Shift>,
+        series: &[Series],
+    ) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        let points = series.iter().flat_map(|s| s.points.iter());
+        let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+        for &(x, y) in points {
+            let (x, y) = (transform(self.x_scale, x), transform(self.y_scale, y));
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+            y0 = y0.min(y);
+            y1 = y1.max(y);
+        }
+        anyhow::ensure!(x0 <= x1, "chart `{}` has no points", self.title);
+        let pad = |a: f64, b: f64| if b > a { (b - a) * 0.05 } else { 0.5 };
+        let (px, py) = (pad(x0, x1), pad(y0, y1));
+        root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(&self.title, ("sans-serif", 22))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d(x0 - px..x1 + px, y0 - py..y1 + py)
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let (xs, ys) = (self.x_scale, self.y_scale);
+        let fmt = move |scale: Scale, v: f64| match scale {
+            Scale::Linear => format!("{v:.3}"),
+            Scale::Log2 => {
+                let r = 2f64.powf(v);
+                if r >= 100.0 {
+                    format!("{r:.0}")
+                } else {
+                    format!("{r:.2}")
+                }
+            }
+        };
+        chart
+            .configure_mesh()
+            .x_desc(&self.x_label)
+            .y_desc(&self.y_label)
+            .x_label_formatter(&|v| fmt(xs, *v))
+            .y_label_formatter(&|v| fmt(ys, *v))
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        for (i, s) in series.iter().enumerate() {
+            let color = PALETTE[i % PALETTE.len()];
+            let pts: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .map(|&(x, y)| (transform(xs, x), transform(ys, y)))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?
+                .label(s.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        root.present().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        Ok(())
+    }
+
+    /// Writes `<stem>.png` and `<stem>.svg` (each through a temporary file, then renamed).
+    pub fn save(&self, stem: &Path, series: &[Series]) -> Result<()> {
+        register_font();
+        let size = (900, 600);
+        for ext in ["png", "svg"] {
+            let path = stem.with_extension(ext);
+            let tmp = stem.with_extension(format!("tmp.{ext}"));
+            match ext {
+                "png" => self.draw(BitMapBackend::new(&tmp, size).into_drawing_area(), series)?,
+                _ => self.draw(SVGBackend::new(&tmp, size).into_drawing_area(), series)?,
+            }
+            std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads a CSV file into rows of named string fields.
+pub fn read_csv(path: &Path) -> Result<Vec<std::collections::BTreeMap<String, String>>> {
+    let mut reader = csv::Reader::from_path(path)
+        .with_context(|| format!("cannot read {}: run the experiment first", path.display()))?;
+    let headers = reader.headers()?.clone();
+    reader
+        .records()
+        .map(|r| {
+            let r = r.with_context(|| format!("malformed CSV {}", path.display()))?;
+            Ok(headers
+                .iter()
+                .zip(r.iter())
+                .map(|(h, v)| (h.to_string(), v.to_string()))
+                .collect())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_png_and_svg() {
+        let dir = std::env::temp_dir().join(format!("report-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let chart = LineChart {
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            x_scale: Scale::Log2,
+            y_scale: Scale::Log2,
+        };
+        let s = Series {
+            name: "a".into(),
+            points: vec![(512.0, 1.0), (1024.0, 2.0)],
+        };
+        chart.save(&dir.join("chart"), &[s]).unwrap();
+        let png = std::fs::read(dir.join("chart.png")).unwrap();
+        assert_eq!(&png[1..4], b"PNG");
+        let svg = std::fs::read_to_string(dir.join("chart.svg")).unwrap();
+        assert!(
+            svg.replace('\n', "").contains(">a</text>"),
+            "legend label missing from the SVG"
+        );
+        assert!(chart.save(&dir.join("empty"), &[]).is_err());
+    }
+}

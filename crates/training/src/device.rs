@@ -1,0 +1,119 @@
+//! The one place that turns `--device NAME` into a burn [`Device`]: no backend code in binaries.
+
+use std::fmt;
+use std::str::FromStr;
+
+use anyhow::{Result, bail};
+use burn::prelude::*;
+
+/// A compute backend chosen at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// burn's pure-Rust CPU backend (always built; the default).
+    #[default]
+    Flex,
+    /// GPU through wgpu (cargo feature `wgpu`).
+    Wgpu,
+    /// LibTorch on CPU, or CUDA GPU 0 when torch has CUDA (cargo feature `tch`; needs a libtorch).
+    Tch,
+    /// CUDA through CubeCL (cargo feature `cuda`; its build downloads LLVM).
+    Cuda,
+}
+
+impl Backend {
+    /// Every backend name, compiled in or not.
+    pub const NAMES: [&'static str; 4] = ["flex", "wgpu", "tch", "cuda"];
+
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Flex => "flex",
+            Backend::Wgpu => "wgpu",
+            Backend::Tch => "tch",
+            Backend::Cuda => "cuda",
+        }
+    }
+
+    /// The plain (inference) device, or an error that names the cargo feature to enable.
+    pub fn device(self) -> Result<Device> {
+        match self {
+            Backend::Flex => Ok(Device::flex()),
+            #[cfg(feature = "wgpu")]
+            Backend::Wgpu => Ok(Device::wgpu(burn::tensor::DeviceKind::default())),
+            #[cfg(feature = "tch")]
+            #[allow(deprecated)]
+            Backend::Tch => Ok(Device::libtorch()),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda => Ok(Device::cuda(0)),
+            #[allow(unreachable_patterns)]
+            other => bail!(
+                "device `{other}` is not compiled in: rebuild with `--features {other}` (see README, Backends)"
+            ),
+        }
+    }
+
+    /// The device with automatic differentiation, for training.
+    pub fn train_device(self) -> Result<Device> {
+        Ok(self.device()?.autodiff())
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "flex" => Ok(Backend::Flex),
+            "wgpu" => Ok(Backend::Wgpu),
+            "tch" => Ok(Backend::Tch),
+            "cuda" => Ok(Backend::Cuda),
+            _ => bail!(
+                "unknown device `{s}`: choose one of {}",
+                Backend::NAMES.join(", ")
+            ),
+        }
+    }
+}
+
+/// A description of the machine for provenance: backend, CPU model and core count.
+pub fn describe(backend: Backend) -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    format!("{backend} ({cpu}, {cores} cores)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_and_rejects_unknown() {
+        assert_eq!("flex".parse::<Backend>().unwrap(), Backend::Flex);
+        let err = "tpu".parse::<Backend>().unwrap_err().to_string();
+        assert!(
+            err.contains("unknown device `tpu`") && err.contains("flex"),
+            "{err}"
+        );
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn missing_backend_names_the_feature() {
+        let err = Backend::Cuda.device().unwrap_err().to_string();
+        assert!(err.contains("--features cuda"), "{err}");
+    }
+}

@@ -1,0 +1,291 @@
+//! The latency benchmark (the FLASH paper's Table 11 and Figure 5(a)): seconds per causal-LM
+//! training step (forward + backward + Adam) of each architecture at a fixed number of tokens per
+//! batch, over context lengths.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use burn::module::Module;
+use burn::optim::AdamConfig;
+use burn::prelude::*;
+use model::{Architecture, Direction, ModelConfig};
+use report::{LineChart, Scale, Series};
+use serde::{Deserialize, Serialize};
+use training::write_atomic;
+
+use crate::{Cli, Profile, Progress};
+
+/// The sweep, one file per scale under `experiments/configs/table11/`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatencyConfig {
+    /// What the run reproduces.
+    pub description: String,
+    /// Architectures by name (see `model::Architecture`).
+    pub models: Vec<String>,
+    /// Context lengths T.
+    pub contexts: Vec<usize>,
+    /// Tokens per batch; batch = max(1, tokens_per_batch / T).
+    pub tokens_per_batch: usize,
+    /// Model size preset (`model::lm::PRESETS`).
+    pub preset: String,
+    /// Untimed steps before timing.
+    pub warmup_steps: usize,
+    /// Timed steps; the median is reported.
+    pub timed_steps: usize,
+    /// Adam learning rate (irrelevant to speed; keeps the update real).
+    pub learning_rate: f64,
+    /// Seed of the weights and tokens.
+    pub seed: u64,
+}
+
+/// One row of `latency.csv`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LatencyRow {
+    /// Architecture name.
+    pub model: String,
+    /// Context length.
+    pub context: usize,
+    /// Sequences per batch.
+    pub batch: usize,
+    /// Trainable parameters.
+    pub params: usize,
+    /// Median seconds per step.
+    pub median_s_per_step: f64,
+    /// Fastest step.
+    pub min_s_per_step: f64,
+    /// Slowest step.
+    pub max_s_per_step: f64,
+    /// batch · context / median.
+    pub tokens_per_s: f64,
+    /// Loss of the last step (a sanity value: ~ln(vocab) for random tokens).
+    pub last_loss: f32,
+    /// Backend and machine.
+    pub device: String,
+}
+
+fn builtin(profile: Profile) -> &'static str {
+    match profile {
+        Profile::Smoke => include_str!("../configs/table11/smoke.toml"),
+        Profile::Cpu => include_str!("../configs/table11/cpu.toml"),
+        Profile::Paper => include_str!("../configs/table11/paper.toml"),
+    }
+}
+
+const ANCHOR: &str = include_str!("../anchors/flash_jax_cpu.csv");
+
+/// Deterministic token ids in 0..vocab: [batch, len].
+fn random_tokens(
+    seed: u64,
+    batch: usize,
+    len: usize,
+    vocab: usize,
+    device: &Device,
+) -> Tensor<2, Int> {
+    let mut s = seed ^ 0x9E37_79B9_7F4A_7C15;
+    let ids: Vec<i64> = (0..batch * len)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) % vocab as u64) as i64
+        })
+        .collect();
+    Tensor::from_data(TensorData::new(ids, [batch, len]), device)
+}
+
+fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(|a, b| a.total_cmp(b));
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
+
+fn write_csv(path: &Path, rows: &[LatencyRow]) -> Result<()> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        w.serialize(r)?;
+    }
+    write_atomic(path, &w.into_inner()?)
+}
+
+/// Runs the sweep (or only the report, with `--report`).
+pub fn run(cli: Cli) -> Result<()> {
+    let csv_path = cli.out.join("latency.csv");
+    if cli.report_only {
+        return render(&cli.out);
+    }
+    let config: LatencyConfig = cli.load_config(&builtin)?;
+    let archs: Vec<Architecture> = config
+        .models
+        .iter()
+        .map(|m| m.parse().map_err(anyhow::Error::msg))
+        .collect::<Result<_>>()?;
+    if config.timed_steps == 0 || config.contexts.is_empty() || config.tokens_per_batch == 0 {
+        bail!(
+            "table11 config: timed_steps, contexts and tokens_per_batch must be non-empty / positive"
+        );
+    }
+    let device = cli.backend.train_device()?;
+    let provenance = cli.save_provenance(&config)?;
+    eprintln!(
+        "table11 ({}): {} on {}",
+        cli.profile.name(),
+        config.description,
+        provenance.device
+    );
+    let mut rows = Vec::new();
+    let mut progress = Progress::new(archs.len() * config.contexts.len());
+    for &arch in &archs {
+        for &context in &config.contexts {
+            progress.running(format!("{arch} at {context}"));
+            let model_config =
+                ModelConfig::preset(&config.preset, arch, context).map_err(anyhow::Error::msg)?;
+            let batch = (config.tokens_per_batch / context).max(1);
+            device.seed(config.seed);
+            let mut model = model_config.init(Direction::Causal, &device);
+            let params = model.num_params();
+            let mut optim = AdamConfig::new().init();
+            let tokens = random_tokens(
+                config.seed,
+                batch,
+                context + 1,
+                model_config.vocab_size,
+                &device,
+            );
+            let mut times = Vec::new();
+            let mut last_loss = f32::NAN;
+            for step in 0..config.warmup_steps + config.timed_steps {
+                let start = std::time::Instant::now();
+                let (next, loss) = training::step::causal_lm_step(
+                    model,
+                    &mut optim,
+                    tokens.clone(),
+                    config.learning_rate,
+                );
+                model = next;
+                last_loss = loss;
+                if step >= config.warmup_steps {
+                    times.push(start.elapsed().as_secs_f64());
+                }
+            }
+            let (min, max) = times
+                .iter()
+                .fold((f64::MAX, 0f64), |(a, b), &t| (a.min(t), b.max(t)));
+            let med = median(&mut times);
+            let row = LatencyRow {
+                model: arch.name().to_string(),
+                context,
+                batch,
+                params,
+                median_s_per_step: med,
+                min_s_per_step: min,
+                max_s_per_step: max,
+                tokens_per_s: (batch * context) as f64 / med,
+                last_loss,
+                device: provenance.device.clone(),
+            };
+            progress.item(format!(
+                "{arch:<20} T={context:<5} B={batch:<3} {med:8.3} s/step  loss {last_loss:.3}"
+            ));
+            rows.push(row);
+            // Rewritten after every row so an interrupted sweep leaves a valid CSV of what it measured.
+            write_csv(&csv_path, &rows)?;
+        }
+    }
+    drop(progress);
+    render(&cli.out)?;
+    eprintln!("wrote {}", cli.out.display());
+    Ok(())
+}
+
+/// Draws `latency.png/svg` and writes `comparison.md` (ours vs the JAX anchor) from `latency.csv`.
+pub fn render(out: &Path) -> Result<()> {
+    let rows: Vec<LatencyRow> = csv::Reader::from_path(out.join("latency.csv"))
+        .with_context(|| {
+            format!(
+                "cannot read {}: run table11 first",
+                out.join("latency.csv").display()
+            )
+        })?
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("malformed {}", out.join("latency.csv").display()))?;
+    let mut series: Vec<Series> = Vec::new();
+    for row in &rows {
+        match series.iter_mut().find(|s| s.name == row.model) {
+            Some(s) => s.points.push((row.context as f64, row.median_s_per_step)),
+            None => series.push(Series {
+                name: row.model.clone(),
+                points: vec![(row.context as f64, row.median_s_per_step)],
+            }),
+        }
+    }
+    let device = rows.first().map(|r| r.device.clone()).unwrap_or_default();
+    LineChart {
+        title: format!("Training step latency vs context — {device}"),
+        x_label: "context length (tokens)".into(),
+        y_label: "seconds per step (median)".into(),
+        x_scale: Scale::Log2,
+        y_scale: Scale::Log2,
+    }
+    .save(&out.join("latency"), &series)?;
+    write_atomic(&out.join("comparison.md"), comparison(&rows)?.as_bytes())
+}
+
+/// Markdown: our seconds per step beside the JAX anchor's, row by row, and the growth 512 → 8192.
+fn comparison(rows: &[LatencyRow]) -> Result<String> {
+    let anchor = read_anchor()?;
+    let mut md = String::from(
+        "# Table 11 on this machine: burn vs the JAX anchor\n\n\
+         Seconds per causal-LM training step (median), same configuration as `shared/anchors/flash_jax.py`.\n\
+         Generated by `table11` from `latency.csv` and `experiments/anchors/flash_jax_cpu.csv`.\n\n\
+         | model | context | batch | ours (s) | JAX anchor (s) | ours / anchor |\n|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let a = anchor
+            .iter()
+            .find(|(m, c, _)| *m == r.model && *c == r.context)
+            .map(|x| x.2);
+        let (a_s, ratio) = match a {
+            Some(a) => (
+                format!("{a:.2}"),
+                format!("{:.2}×", r.median_s_per_step / a),
+            ),
+            None => ("—".into(), "—".into()),
+        };
+        md += &format!(
+            "| {} | {} | {} | {:.3} | {a_s} | {ratio} |\n",
+            r.model, r.context, r.batch, r.median_s_per_step
+        );
+    }
+    md += "\n## Growth from the shortest to the longest context\n\n| model | first context | last context | ratio of s/step |\n|---|---|---|---|\n";
+    let mut models: Vec<&str> = rows.iter().map(|r| r.model.as_str()).collect();
+    models.dedup();
+    for m in models {
+        let mine: Vec<&LatencyRow> = rows.iter().filter(|r| r.model == m).collect();
+        if let (Some(first), Some(last)) = (
+            mine.iter().min_by_key(|r| r.context),
+            mine.iter().max_by_key(|r| r.context),
+        ) {
+            md += &format!(
+                "| {m} | {} | {} | {:.2}× |\n",
+                first.context,
+                last.context,
+                last.median_s_per_step / first.median_s_per_step
+            );
+        }
+    }
+    Ok(md)
+}
+
+fn read_anchor() -> Result<Vec<(String, usize, f64)>> {
+    let mut reader = csv::Reader::from_reader(ANCHOR.as_bytes());
+    reader
+        .deserialize::<(String, usize, f64)>()
+        .map(|r| r.context("anchor CSV"))
+        .collect()
+}
