@@ -15,7 +15,8 @@ use burn::tensor::activation::silu;
 
 use crate::attention::{ChunkParts, mixed_chunk_attention, relu2_attention};
 use crate::layers::{
-    Direction, Norm, NormKind, RelPosBias, Relu2Scaling, Rope, ScaleOffset, normal_init, relu2,
+    Direction, Norm, NormKind, RelPosBias, Relu2Scaling, Rope, ScaleOffset, append, normal_init,
+    relu2,
 };
 
 /// How a GAU layer spans the sequence.
@@ -146,15 +147,6 @@ pub enum GauCache {
         /// [B, i, e] values of the current chunk.
         v: Option<Tensor<3>>,
     },
-}
-
-fn append(cache: &mut Option<Tensor<3>>, x: Tensor<3>) -> Tensor<3> {
-    let all = match cache.take() {
-        Some(prev) => Tensor::cat(vec![prev, x], 1),
-        None => x,
-    };
-    *cache = Some(all.clone());
-    all
 }
 
 impl Gau {

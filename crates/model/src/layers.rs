@@ -372,6 +372,16 @@ pub fn exclusive_chunk_sum<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     Tensor::cat(vec![zeros, inclusive.narrow(1, 0, g - 1)], 1)
 }
 
+/// Appends `x`: [B, n, ..] to a decoding cache along time and returns the whole cache.
+pub fn append(cache: &mut Option<Tensor<3>>, x: Tensor<3>) -> Tensor<3> {
+    let all = match cache.take() {
+        Some(prev) => Tensor::cat(vec![prev, x], 1),
+        None => x,
+    };
+    *cache = Some(all.clone());
+    all
+}
+
 /// Pads `x`: [B, T, ..] with zeros along dim 1 to `len` positions.
 pub fn pad_time<const D: usize>(x: Tensor<D>, len: usize) -> Tensor<D> {
     let dims = x.dims();

@@ -18,7 +18,7 @@ use crate::attention::{
     ChunkParts, combiner_attention, favor_attention, favor_exponent, favor_features,
     favor_query_features, favor_ratio, mixed_chunk_attention, softmax_attention,
 };
-use crate::layers::{Direction, Norm, NormKind, Relu2Scaling, Rope, normal_init, relu2};
+use crate::layers::{Direction, Norm, NormKind, Relu2Scaling, Rope, append, normal_init, relu2};
 
 /// Block size of the blockwise prefix sums of causal FAVOR+ (an implementation detail: any value
 /// gives the same result).
@@ -240,15 +240,6 @@ pub enum BlockCache {
         /// values of the current chunk
         v: Option<Tensor<3>>,
     },
-}
-
-fn append(cache: &mut Option<Tensor<3>>, x: Tensor<3>) -> Tensor<3> {
-    let all = match cache.take() {
-        Some(prev) => Tensor::cat(vec![prev, x], 1),
-        None => x,
-    };
-    *cache = Some(all.clone());
-    all
 }
 
 fn add_to(acc: &mut Option<Tensor<3>>, x: Tensor<3>) -> Tensor<3> {
