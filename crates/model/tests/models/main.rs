@@ -4,6 +4,7 @@
 mod causality;
 mod chunked;
 mod common;
+mod losses;
 mod overfit;
 mod padding;
 mod params;
