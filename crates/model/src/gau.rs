@@ -15,8 +15,8 @@ use burn::tensor::activation::silu;
 
 use crate::attention::{ChunkParts, mixed_chunk_attention, relu2_attention};
 use crate::layers::{
-    Direction, Norm, NormKind, RelPosBias, Relu2Scaling, Rope, ScaleOffset, append, normal_init,
-    relu2,
+    Direction, Norm, NormKind, RelPosBias, Relu2Scaling, Rope, ScaleOffset, add_to, append,
+    normal_init, relu2,
 };
 
 /// How a GAU layer spans the sequence.
@@ -271,11 +271,7 @@ impl Gau {
                     out = out + ql.matmul(kv.clone());
                 }
                 if i + 1 == chunk {
-                    let finished = kl.swap_dims(1, 2).matmul(vs).mul_scalar(factor);
-                    *kv_sum = Some(match kv_sum.take() {
-                        Some(prev) => prev + finished,
-                        None => finished,
-                    });
+                    add_to(kv_sum, kl.swap_dims(1, 2).matmul(vs).mul_scalar(factor));
                     *k_quad = None;
                     *k_lin = None;
                     *vc = None;

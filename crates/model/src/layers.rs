@@ -382,6 +382,16 @@ pub fn append(cache: &mut Option<Tensor<3>>, x: Tensor<3>) -> Tensor<3> {
     all
 }
 
+/// Adds `x` to a decoding state's running sum (starting from `x`) and returns the new sum.
+pub fn add_to(acc: &mut Option<Tensor<3>>, x: Tensor<3>) -> Tensor<3> {
+    let sum = match acc.take() {
+        Some(prev) => prev + x,
+        None => x,
+    };
+    *acc = Some(sum.clone());
+    sum
+}
+
 /// Pads `x`: [B, T, ..] with zeros along dim 1 to `len` positions.
 pub fn pad_time<const D: usize>(x: Tensor<D>, len: usize) -> Tensor<D> {
     let dims = x.dims();

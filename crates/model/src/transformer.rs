@@ -18,7 +18,9 @@ use crate::attention::{
     ChunkParts, combiner_attention, favor_attention, favor_exponent, favor_features,
     favor_query_features, favor_ratio, mixed_chunk_attention, softmax_attention,
 };
-use crate::layers::{Direction, Norm, NormKind, Relu2Scaling, Rope, append, normal_init, relu2};
+use crate::layers::{
+    Direction, Norm, NormKind, Relu2Scaling, Rope, add_to, append, normal_init, relu2,
+};
 
 /// Block size of the blockwise prefix sums of causal FAVOR+ (an implementation detail: any value
 /// gives the same result).
@@ -240,15 +242,6 @@ pub enum BlockCache {
         /// values of the current chunk
         v: Option<Tensor<3>>,
     },
-}
-
-fn add_to(acc: &mut Option<Tensor<3>>, x: Tensor<3>) -> Tensor<3> {
-    let sum = match acc.take() {
-        Some(prev) => prev + x,
-        None => x,
-    };
-    *acc = Some(sum.clone());
-    sum
 }
 
 impl TransformerBlock {
