@@ -1,4 +1,4 @@
-//! Charts and tables drawn from result CSVs only (never by re-running an experiment).
+//! Charts drawn from the values of result CSVs (never by re-running an experiment).
 
 use std::path::Path;
 
@@ -166,24 +166,6 @@ impl LineChart {
         }
         Ok(())
     }
-}
-
-/// Reads a CSV file into rows of named string fields.
-pub fn read_csv(path: &Path) -> Result<Vec<std::collections::BTreeMap<String, String>>> {
-    let mut reader = csv::Reader::from_path(path)
-        .with_context(|| format!("cannot read {}: run the experiment first", path.display()))?;
-    let headers = reader.headers()?.clone();
-    reader
-        .records()
-        .map(|r| {
-            let r = r.with_context(|| format!("malformed CSV {}", path.display()))?;
-            Ok(headers
-                .iter()
-                .zip(r.iter())
-                .map(|(h, v)| (h.to_string(), v.to_string()))
-                .collect())
-        })
-        .collect()
 }
 
 #[cfg(test)]
