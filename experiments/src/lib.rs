@@ -25,6 +25,9 @@ pub enum Profile {
 }
 
 impl Profile {
+    /// Every profile.
+    pub const ALL: [Profile; 3] = [Profile::Smoke, Profile::Cpu, Profile::Paper];
+
     /// The profile's name, also its config file's stem.
     pub fn name(self) -> &'static str {
         match self {
@@ -38,12 +41,10 @@ impl Profile {
 impl FromStr for Profile {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "smoke" => Ok(Profile::Smoke),
-            "cpu" => Ok(Profile::Cpu),
-            "paper" => Ok(Profile::Paper),
-            _ => bail!("unknown profile `{s}`: choose smoke, cpu or paper"),
-        }
+        Profile::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .with_context(|| format!("unknown profile `{s}`: choose smoke, cpu or paper"))
     }
 }
 

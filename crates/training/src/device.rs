@@ -21,10 +21,11 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Every backend name, compiled in or not.
-    pub const NAMES: [&'static str; 4] = ["flex", "wgpu", "tch", "cuda"];
+    /// Every backend, compiled in or not.
+    pub const ALL: [Backend; 4] = [Backend::Flex, Backend::Wgpu, Backend::Tch, Backend::Cuda];
 
-    fn name(self) -> &'static str {
+    /// The name `--device` takes.
+    pub fn name(self) -> &'static str {
         match self {
             Backend::Flex => "flex",
             Backend::Wgpu => "wgpu",
@@ -66,16 +67,13 @@ impl fmt::Display for Backend {
 impl FromStr for Backend {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "flex" => Ok(Backend::Flex),
-            "wgpu" => Ok(Backend::Wgpu),
-            "tch" => Ok(Backend::Tch),
-            "cuda" => Ok(Backend::Cuda),
-            _ => bail!(
-                "unknown device `{s}`: choose one of {}",
-                Backend::NAMES.join(", ")
-            ),
-        }
+        Backend::ALL
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Backend::ALL.iter().map(|b| b.name()).collect();
+                anyhow::anyhow!("unknown device `{s}`: choose one of {}", names.join(", "))
+            })
     }
 }
 
