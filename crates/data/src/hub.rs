@@ -1,0 +1,270 @@
+//! Downloads from the Hugging Face hub into its standard cache (`$HF_HUB_CACHE`, else `$HF_HOME/hub`,
+//! else `~/.cache/huggingface/hub`), with hf-hub 1.0. `HF_ENDPOINT` and `HF_TOKEN` are honoured.
+//!
+//! hf-hub restarts an interrupted download from byte 0, so files are fetched here in ranged chunks
+//! appended to the cache's own `blobs/<etag>.incomplete`; a second run continues from its length.
+//! Once the blob is complete, hf-hub's `download_file` finds it and writes the snapshot link and the
+//! ref, so the cache is the same one `huggingface_hub` (Python) reads and writes.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow, bail};
+use hf_hub::repository::RepoTreeEntry;
+use hf_hub::{HFClient, HFClientSync, HFRepositorySync, RepoTypeDataset};
+
+use crate::registry::{DatasetSpec, Origin, Split};
+use crate::source::list_dir;
+
+/// Bytes per ranged request; `REPRO_HUB_CHUNK_BYTES` overrides it (the tests use small chunks).
+const DEFAULT_CHUNK_BYTES: u64 = 64 << 20;
+
+fn chunk_bytes() -> u64 {
+    std::env::var("REPRO_HUB_CHUNK_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(DEFAULT_CHUNK_BYTES)
+}
+
+fn hub_origin(spec: &DatasetSpec) -> Result<(&'static str, &'static str)> {
+    match spec.origin {
+        Origin::Hub { repo, revision } => Ok((repo, revision)),
+        Origin::Local { .. } => bail!(
+            "dataset `{}` is built locally (`just data`), not downloaded",
+            spec.name
+        ),
+    }
+}
+
+fn repository(repo: &str) -> Result<HFRepositorySync<RepoTypeDataset>> {
+    let (owner, name) = repo
+        .split_once('/')
+        .ok_or_else(|| anyhow!("bad repo id {repo}"))?;
+    let client: HFClientSync = HFClient::builder()
+        .build_sync()
+        .map_err(|e| anyhow!("hub client: {e}"))?;
+    Ok(client.dataset(owner, name))
+}
+
+/// The cache directory of a dataset repo: `<cache>/datasets--owner--name`.
+pub fn repo_cache_dir(repo: &str) -> PathBuf {
+    hf_hub::resolve_cache_dir().join(format!("datasets--{}", repo.replace('/', "--")))
+}
+
+/// Files of `split` already in the cache, for `revision` (read from the cache's `refs/`).
+pub fn cached_split_files(spec: &DatasetSpec, split: Split) -> Result<Vec<PathBuf>> {
+    let (repo, revision) = hub_origin(spec)?;
+    let dir = repo_cache_dir(repo);
+    let Ok(commit) = std::fs::read_to_string(dir.join("refs").join(revision)) else {
+        return Ok(Vec::new());
+    };
+    let snapshot = dir.join("snapshots").join(commit.trim());
+    if !snapshot.is_dir() {
+        return Ok(Vec::new());
+    }
+    Ok(list_dir(&snapshot)?
+        .into_iter()
+        .filter(|p| spec.matches(p, split))
+        .map(|p| snapshot.join(p))
+        .collect())
+}
+
+/// The split's file names in the repo, from the hub's file listing.
+pub fn list_split(spec: &DatasetSpec, split: Split) -> Result<Vec<(String, u64)>> {
+    let (repo, revision) = hub_origin(spec)?;
+    let entries = repository(repo)?
+        .list_tree()
+        .revision(revision.to_string())
+        .recursive(true)
+        .send()
+        .map_err(|e| anyhow!("listing {repo}@{revision}: {e}"))?;
+    let mut files: Vec<(String, u64)> = entries
+        .into_iter()
+        .filter_map(|e| match e {
+            RepoTreeEntry::File { path, size, .. } if spec.matches(&path, split) => {
+                Some((path, size))
+            }
+            _ => None,
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The split's files, downloading what is missing unless `offline`. With no network (or
+/// `--offline`) the cache is used; with neither, the error says both ways to provide the files.
+pub fn split_files(spec: &DatasetSpec, split: Split, offline: bool) -> Result<Vec<PathBuf>> {
+    let (repo, revision) = hub_origin(spec)?;
+    let no_files = |why: String| {
+        anyhow!(
+            "dataset `{}` split {split}: {why}, and no {} is in the cache {}; fetch it where the hub is reachable (`datasets fetch {} --split {split}`, then copy {}), or place the files in the repo's layout under a directory and pass --data-dir DIR",
+            spec.name,
+            spec.expected_files(split),
+            hf_hub::resolve_cache_dir().display(),
+            spec.name,
+            repo_cache_dir(repo).display(),
+        )
+    };
+    if offline {
+        let cached = cached_split_files(spec, split)?;
+        return if cached.is_empty() {
+            Err(no_files("--offline was given".into()))
+        } else {
+            Ok(cached)
+        };
+    }
+    let listing = match list_split(spec, split) {
+        Ok(l) => l,
+        Err(e) => {
+            let cached = cached_split_files(spec, split)?;
+            if cached.is_empty() {
+                return Err(no_files(format!("the hub is unreachable ({e:#})")));
+            }
+            eprintln!("warning: {e:#}; using the {} cached files", cached.len());
+            return Ok(cached);
+        }
+    };
+    if listing.is_empty() {
+        bail!(
+            "dataset `{}`: {repo}@{revision} has no file {}",
+            spec.name,
+            spec.expected_files(split)
+        );
+    }
+    let repo_handle = repository(repo)?;
+    listing
+        .iter()
+        .map(|(path, _)| download(&repo_handle, repo, revision, path))
+        .collect()
+}
+
+/// Downloads one file into the cache, resuming a partial download; returns its snapshot path.
+pub fn download(
+    r: &HFRepositorySync<RepoTypeDataset>,
+    repo: &str,
+    revision: &str,
+    filename: &str,
+) -> Result<PathBuf> {
+    let meta = r
+        .get_file_metadata()
+        .filepath(filename.to_string())
+        .revision(revision)
+        .send()
+        .map_err(|e| anyhow!("{repo}/{filename}: {e}"))?;
+    let blob = repo_cache_dir(repo).join("blobs").join(&meta.etag);
+    if meta.xet_hash.is_none() && !blob.exists() {
+        let partial = PathBuf::from(format!("{}.incomplete", blob.display()));
+        std::fs::create_dir_all(partial.parent().unwrap_or(Path::new(".")))?;
+        let mut have = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
+        if have > meta.file_size {
+            have = 0;
+            std::fs::remove_file(&partial)?;
+        }
+        let mut out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&partial)
+            .with_context(|| format!("cannot write {}", partial.display()))?;
+        let mut progress = ByteProgress::new(filename, meta.file_size, have);
+        let step = chunk_bytes();
+        while have < meta.file_size {
+            let end = (have + step).min(meta.file_size);
+            let bytes = r
+                .download_file_to_bytes()
+                .filename(filename.to_string())
+                .revision(revision.to_string())
+                .range(have..end)
+                .send()
+                .map_err(|e| anyhow!("{repo}/{filename}: download stopped at byte {have} ({e}); run again to resume"))?;
+            if bytes.len() as u64 != end - have {
+                bail!(
+                    "{repo}/{filename}: the server sent {} bytes for range {have}..{end}; run again to resume",
+                    bytes.len()
+                );
+            }
+            out.write_all(&bytes)?;
+            out.flush()?;
+            have = end;
+            progress.set(have);
+        }
+        progress.finish();
+        drop(out);
+        std::fs::rename(&partial, &blob)?;
+    }
+    // Xet-backed files go through hf-hub's own xet path; plain files are already in `blobs/`, and
+    // this call only writes the snapshot link and the ref.
+    r.download_file()
+        .filename(filename.to_string())
+        .revision(revision.to_string())
+        .send()
+        .map_err(|e| anyhow!("{repo}/{filename}: {e}"))
+}
+
+/// Bytes, rate and ETA: a bar on a terminal, a line per 10% otherwise.
+struct ByteProgress {
+    bar: Option<indicatif::ProgressBar>,
+    name: String,
+    total: u64,
+    start: Instant,
+    start_bytes: u64,
+    last_decile: u64,
+}
+
+impl ByteProgress {
+    fn new(name: &str, total: u64, have: u64) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(total);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+                )
+                .expect("static template")
+                .progress_chars("=> "),
+            );
+            bar.set_message(name.to_string());
+            bar.set_position(have);
+            bar
+        });
+        if have > 0 {
+            eprintln!("{name}: resuming at {have} of {total} bytes");
+        }
+        Self {
+            bar,
+            name: name.into(),
+            total,
+            start: Instant::now(),
+            start_bytes: have,
+            last_decile: have * 10 / total.max(1),
+        }
+    }
+
+    fn set(&mut self, bytes: u64) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(bytes);
+            return;
+        }
+        let decile = bytes * 10 / self.total.max(1);
+        if decile > self.last_decile {
+            self.last_decile = decile;
+            let secs = self.start.elapsed().as_secs_f64().max(1e-9);
+            let rate = (bytes - self.start_bytes) as f64 / secs;
+            let eta = (self.total - bytes) as f64 / rate.max(1.0);
+            eprintln!(
+                "{}: {} / {} MB ({:.1} MB/s, ETA {:.0} s)",
+                self.name,
+                bytes / 1_000_000,
+                self.total / 1_000_000,
+                rate / 1e6,
+                eta
+            );
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish();
+        }
+    }
+}
