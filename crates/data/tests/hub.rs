@@ -1,0 +1,324 @@
+//! The download path against a real HTTP server: a small hub on 127.0.0.1 serving fixture files under
+//! the hub's URL scheme (`/api/datasets/{repo}/tree/{rev}`, `HEAD`/`GET /datasets/{repo}/resolve/{rev}/{path}`
+//! with ETag, X-Repo-Commit, Content-Length and byte ranges). The `datasets` binary is pointed at it
+//! through `HF_ENDPOINT`, with its own `HF_HOME`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use common::*;
+
+const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+struct Hub {
+    port: u16,
+    files: BTreeMap<String, Vec<u8>>,
+    /// (method, path, Range header) of every request.
+    log: Mutex<Vec<(String, String, Option<String>)>>,
+    /// When non-zero, the n-th ranged GET from now on sends half its body and hangs up.
+    cut_at: AtomicUsize,
+    ranged_gets: AtomicUsize,
+}
+
+impl Hub {
+    fn start(files: BTreeMap<String, Vec<u8>>) -> Arc<Hub> {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let hub = Arc::new(Hub {
+            port: listener.local_addr().unwrap().port(),
+            files,
+            log: Mutex::new(Vec::new()),
+            cut_at: AtomicUsize::new(0),
+            ranged_gets: AtomicUsize::new(0),
+        });
+        let h = hub.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let h = h.clone();
+                std::thread::spawn(move || h.serve(stream));
+            }
+        });
+        hub
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn serve(&self, mut stream: TcpStream) {
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut request = String::new();
+        if reader.read_line(&mut request).is_err() || request.is_empty() {
+            return;
+        }
+        let mut range = None;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if line.trim().is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':')
+                && k.eq_ignore_ascii_case("range")
+            {
+                range = Some(v.trim().to_string());
+            }
+        }
+        let mut parts = request.split_whitespace();
+        let (method, target) = (
+            parts.next().unwrap().to_string(),
+            parts.next().unwrap().to_string(),
+        );
+        self.log
+            .lock()
+            .unwrap()
+            .push((method.clone(), target.clone(), range.clone()));
+        let path = target.split('?').next().unwrap().replace("%2F", "/");
+
+        if let Some(rest) = path.strip_prefix("/api/datasets/wmt/wmt14/tree/main") {
+            assert!(
+                rest.is_empty() || rest == "/",
+                "listing a subdirectory: {rest}"
+            );
+            let mut entries =
+                vec![serde_json::json!({"type": "directory", "oid": "d", "path": "de-en"})];
+            for (p, bytes) in &self.files {
+                entries.push(serde_json::json!({"type": "file", "oid": format!("{:040x}", bytes.len()), "size": bytes.len(), "path": p}));
+            }
+            let body = serde_json::to_vec(&entries).unwrap();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(&body);
+            return;
+        }
+        let Some(file) = path.strip_prefix("/datasets/wmt/wmt14/resolve/main/") else {
+            let _ = write!(
+                stream,
+                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            return;
+        };
+        let Some(bytes) = self.files.get(file) else {
+            let _ = write!(
+                stream,
+                "HTTP/1.1 404 Not Found\r\nX-Error-Code: EntryNotFound\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            return;
+        };
+        let etag = format!(
+            "{:016x}",
+            bytes
+                .iter()
+                .fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64)
+                    .wrapping_mul(0x100000001b3))
+        );
+        let common = format!(
+            "ETag: \"{etag}\"\r\nX-Repo-Commit: {COMMIT}\r\nAccept-Ranges: bytes\r\nConnection: close\r\n"
+        );
+        if method == "HEAD" {
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\n{common}Content-Length: {}\r\n\r\n",
+                bytes.len()
+            );
+            return;
+        }
+        let (start, end) = match &range {
+            Some(r) => {
+                let (a, b) = r.trim_start_matches("bytes=").split_once('-').unwrap();
+                (
+                    a.parse::<usize>().unwrap(),
+                    b.parse::<usize>()
+                        .map(|b| b + 1)
+                        .unwrap_or(bytes.len())
+                        .min(bytes.len()),
+                )
+            }
+            None => (0, bytes.len()),
+        };
+        let body = &bytes[start..end];
+        let status = if range.is_some() {
+            "206 Partial Content"
+        } else {
+            "200 OK"
+        };
+        let _ = write!(
+            stream,
+            "HTTP/1.1 {status}\r\n{common}Content-Length: {}\r\nContent-Range: bytes {start}-{}/{}\r\n\r\n",
+            body.len(),
+            end - 1,
+            bytes.len()
+        );
+        if range.is_some() {
+            let n = self.ranged_gets.fetch_add(1, Ordering::SeqCst) + 1;
+            if n == self.cut_at.load(Ordering::SeqCst) {
+                let _ = stream.write_all(&body[..body.len() / 2]);
+                let _ = stream.flush();
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+        }
+        let _ = stream.write_all(body);
+    }
+
+    fn ranges_since(&self, from: usize) -> Vec<String> {
+        self.log.lock().unwrap()[from..]
+            .iter()
+            .filter(|(m, _, _)| m == "GET")
+            .filter_map(|(_, _, r)| r.clone())
+            .collect()
+    }
+}
+
+fn fixture_files() -> BTreeMap<String, Vec<u8>> {
+    let dir = tempfile::tempdir().unwrap();
+    let rows: Vec<String> = (0..200)
+        .map(|i| format!("Sentence number {i} of the validation set."))
+        .collect();
+    let de: Vec<String> = (0..200)
+        .map(|i| format!("Satz Nummer {i} der Validierung."))
+        .collect();
+    let en: Vec<&str> = rows.iter().map(String::as_str).collect();
+    let de: Vec<&str> = de.iter().map(String::as_str).collect();
+    let path = dir.path().join("v.parquet");
+    write_parquet(
+        &path,
+        vec![(
+            "translation",
+            structs(vec![("de", utf8(&de)), ("en", utf8(&en))]),
+        )],
+        50,
+        Strings::Plain,
+    );
+    let mut files = BTreeMap::new();
+    files.insert(
+        "de-en/validation-00000-of-00001.parquet".to_string(),
+        std::fs::read(&path).unwrap(),
+    );
+    files.insert(
+        "de-en/train-00000-of-00003.parquet".to_string(),
+        b"not fetched by this test".to_vec(),
+    );
+    files.insert("README.md".to_string(), b"# wmt14".to_vec());
+    files
+}
+
+#[test]
+fn download_resume_cache_and_offline() {
+    let files = fixture_files();
+    let size = files["de-en/validation-00000-of-00001.parquet"].len();
+    assert!(size > 4000, "fixture too small to cut into chunks: {size}");
+    let hub = Hub::start(files.clone());
+    let home = tempfile::tempdir().unwrap();
+    let endpoint = hub.endpoint();
+    let env = [
+        ("HF_ENDPOINT", endpoint.as_str()),
+        ("HF_HOME", home.path().to_str().unwrap()),
+        ("REPRO_HUB_CHUNK_BYTES", "1000"),
+    ];
+    let blobs = home.path().join("hub/datasets--wmt--wmt14/blobs");
+
+    // 1. The third ranged request is cut off midway: the run fails, keeping the two whole chunks.
+    hub.cut_at.store(3, Ordering::SeqCst);
+    let (code, _, err) = datasets(&["fetch", "wmt14_de_en", "--split", "validation"], &env);
+    assert_ne!(code, 0, "the cut download should fail");
+    // Progress lines, then one error line.
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: ")
+            && last.contains("byte 2000")
+            && last.contains("run again to resume"),
+        "{err}"
+    );
+    let partial: Vec<_> = std::fs::read_dir(&blobs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(partial.len(), 1, "{partial:?}");
+    assert!(partial[0].to_string_lossy().ends_with(".incomplete"));
+    assert_eq!(std::fs::metadata(&partial[0]).unwrap().len(), 2000);
+
+    // 2. Run again: it continues from byte 2000 and the cached file equals the served one.
+    hub.cut_at.store(0, Ordering::SeqCst);
+    let mark = hub.log.lock().unwrap().len();
+    let (code, out, err) = datasets(&["fetch", "wmt14_de_en", "--split", "validation"], &env);
+    assert_eq!(code, 0, "{err}");
+    let ranges = hub.ranges_since(mark);
+    assert_eq!(
+        ranges.first().map(String::as_str),
+        Some("bytes=2000-2999"),
+        "{ranges:?}"
+    );
+    assert!(err.contains("resuming at 2000"), "{err}");
+    // The listing picked the split's file only (not train, not README.md).
+    assert!(
+        out.contains("1 files") && out.contains("validation-00000-of-00001.parquet"),
+        "{out}"
+    );
+    let cached = home
+        .path()
+        .join("hub/datasets--wmt--wmt14/snapshots")
+        .join(COMMIT)
+        .join("de-en/validation-00000-of-00001.parquet");
+    assert_eq!(
+        std::fs::read(&cached).unwrap(),
+        files["de-en/validation-00000-of-00001.parquet"]
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.path().join("hub/datasets--wmt--wmt14/refs/main"))
+            .unwrap()
+            .trim(),
+        COMMIT
+    );
+
+    // 3. A second fetch downloads nothing.
+    let mark = hub.log.lock().unwrap().len();
+    let (code, _, err) = datasets(&["fetch", "wmt14_de_en", "--split", "validation"], &env);
+    assert_eq!(code, 0, "{err}");
+    assert!(hub.ranges_since(mark).is_empty());
+
+    // 4. With the server gone, --offline (and a failed listing) read the cache.
+    let dead = [
+        ("HF_ENDPOINT", "http://127.0.0.1:9"),
+        ("HF_HOME", home.path().to_str().unwrap()),
+    ];
+    for extra in [&["--offline"][..], &[][..]] {
+        let mut args = vec!["peek", "wmt14_de_en", "--split", "validation", "--n", "2"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = datasets(&args, &dead);
+        assert_eq!(code, 0, "{err}");
+        let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        assert_eq!(
+            first,
+            serde_json::json!({"source": "Sentence number 0 of the validation set.", "target": "Satz Nummer 0 der Validierung."})
+        );
+    }
+
+    // 5. Server down and nothing cached: one line naming the dataset, the files and both fixes.
+    let empty = tempfile::tempdir().unwrap();
+    let (code, _, err) = datasets(
+        &["peek", "wmt14_de_en", "--split", "test"],
+        &[
+            ("HF_ENDPOINT", "http://127.0.0.1:9"),
+            ("HF_HOME", empty.path().to_str().unwrap()),
+        ],
+    );
+    assert_ne!(code, 0);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    for needle in [
+        "wmt14_de_en",
+        "de-en/test-NNNNN-of-MMMMM.parquet",
+        "datasets fetch",
+        "--data-dir",
+    ] {
+        assert!(err.contains(needle), "missing {needle}: {err}");
+    }
+}
