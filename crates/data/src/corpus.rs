@@ -12,8 +12,8 @@
 //! - `modernize/…parquet` (translation-like, BLEU): a First Folio passage → the same passage in the
 //!   modern edition. Passages are found by aligning the two editions on anchors (word trigrams that
 //!   occur exactly once in each edition after spelling folding, kept in order by a longest increasing
-//!   subsequence); a modern passage is kept when anchors pin both of its ends and the folio span has
-//!   a similar length;
+//!   subsequence); a modern passage is kept when anchors start at its first word and end at its last
+//!   and the folio span has a similar length (within 15%);
 //! - `cues/…parquet` (summarization-like, ROUGE): a run of speeches of a scene (`SPEAKER: text`) →
 //!   each speech's speaker and opening line, in order;
 //! - `speaker_qa/…parquet` (extractive QA, F1/EM): the same passages as context, the question
@@ -395,11 +395,12 @@ pub fn modernize_pairs(modern: &str, folio: &str) -> Vec<(String, String)> {
         let (Some(first), Some(last)) = (inside.first(), inside.last()) else {
             continue;
         };
-        if inside.len() < 2 || first.0 - a > 2 || b - (last.0 + 3) > 2 || first.1 < first.0 - a {
+        // Both ends pinned exactly: word counts can differ inside ("tonight" / "to night"), so an
+        // end found by counting words from an anchor could cut the folio passage short.
+        if inside.len() < 2 || first.0 != a || last.0 + 3 != b {
             continue;
         }
-        let fa = first.1 - (first.0 - a);
-        let fb = (last.1 + 3 + (b - last.0 - 3)).min(folio_words.len());
+        let (fa, fb) = (first.1, last.1 + 3);
         let (lm, lf) = ((b - a) as f64, (fb - fa) as f64);
         if (lf - lm).abs() > (0.15 * lm).max(2.0) {
             continue;
