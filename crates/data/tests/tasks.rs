@@ -27,12 +27,12 @@ fn books() -> (tempfile::TempDir, Vec<std::path::PathBuf>) {
             &dir.path()
                 .join(format!("data/train-0000{shard}-of-00002-abc.parquet")),
             vec![
-                ("short_book_title", utf8(&vec!["t"; 9])),
+                ("short_book_title", utf8(&["t"; 9])),
                 (
                     "publication_date",
                     std::sync::Arc::new(arrow_array::Int32Array::from(vec![1900; 9])),
                 ),
-                ("url", utf8(&vec!["u"; 9])),
+                ("url", utf8(&["u"; 9])),
                 ("text", utf8(&texts)),
             ],
             2,
