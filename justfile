@@ -28,6 +28,11 @@ report id *args:
 # Every experiment at smoke scale (seconds each)
 smoke:
     for id in {{experiments}}; do just repro $id --profile smoke || exit 1; done
+    for d in gutenberg_shakespeare shakespeare_modernize shakespeare_cues shakespeare_speaker_qa; do cargo run --release --quiet -p data --bin datasets -- peek $d --split validation --n 1 | cut -c1-160 || exit 1; done
+
+# Reader throughput on a generated 110 MB parquet file
+bench-data:
+    cargo bench -p data --bench read_throughput
 
 # All tests of the workspace
 test:
