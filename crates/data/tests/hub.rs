@@ -86,7 +86,11 @@ impl Hub {
             );
             let mut entries =
                 vec![serde_json::json!({"type": "directory", "oid": "d", "path": "de-en"})];
-            for (p, bytes) in &self.files {
+            for (p, bytes) in self
+                .files
+                .iter()
+                .filter(|(p, _)| !p.starts_with("google-t5/"))
+            {
                 entries.push(serde_json::json!({"type": "file", "oid": format!("{:040x}", bytes.len()), "size": bytes.len(), "path": p}));
             }
             let body = serde_json::to_vec(&entries).unwrap();
@@ -98,14 +102,16 @@ impl Hub {
             let _ = stream.write_all(&body);
             return;
         }
-        let Some(file) = path.strip_prefix("/datasets/wmt/wmt14/resolve/main/") else {
-            let _ = write!(
-                stream,
-                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            );
-            return;
+        // Dataset files are keyed by their path in the repo, model files by `<owner>/<name>/<path>`.
+        let file = match (
+            path.strip_prefix("/datasets/wmt/wmt14/resolve/main/"),
+            path.split_once("/resolve/main/"),
+        ) {
+            (Some(f), _) => f.to_string(),
+            (None, Some((repo, f))) => format!("{}/{f}", repo.trim_start_matches('/')),
+            _ => String::new(),
         };
-        let Some(bytes) = self.files.get(file) else {
+        let Some(bytes) = self.files.get(&file) else {
             let _ = write!(
                 stream,
                 "HTTP/1.1 404 Not Found\r\nX-Error-Code: EntryNotFound\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -207,6 +213,15 @@ fn fixture_files() -> BTreeMap<String, Vec<u8>> {
         b"not fetched by this test".to_vec(),
     );
     files.insert("README.md".to_string(), b"# wmt14".to_vec());
+    // A model repo's tokenizer.json (a small trained one, with T5's special ids).
+    let texts = (0..50).map(|i| format!("Sentence number {i} of the validation set."));
+    let (tok, _) = data::tokenize::train(&data::tokenize::TokenizerSpec::Bpe(400), texts).unwrap();
+    let tok_path = dir.path().join("tokenizer.json");
+    tok.save(&tok_path, false).unwrap();
+    files.insert(
+        "google-t5/t5-base/tokenizer.json".to_string(),
+        std::fs::read(&tok_path).unwrap(),
+    );
     files
 }
 
@@ -301,6 +316,35 @@ fn download_resume_cache_and_offline() {
             serde_json::json!({"source": "Sentence number 0 of the validation set.", "target": "Satz Nummer 0 der Validierung."})
         );
     }
+
+    // 4b. A tokenizer.json from a hub model repo, through the same cache.
+    let (code, out, err) = datasets(
+        &[
+            "stats",
+            "wmt14_de_en",
+            "--split",
+            "validation",
+            "--tokenizer",
+            "hub:google-t5/t5-base",
+        ],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("tokenizer: google-t5/t5-base tokenizer.json"),
+        "{out}"
+    );
+    assert!(
+        out.contains("wmt14_de_en validation: 200 documents"),
+        "{out}"
+    );
+    assert!(
+        home.path()
+            .join("hub/models--google-t5--t5-base/snapshots")
+            .join(COMMIT)
+            .join("tokenizer.json")
+            .exists()
+    );
 
     // 5. Server down and nothing cached: one line naming the dataset, the files and both fixes.
     let empty = tempfile::tempdir().unwrap();

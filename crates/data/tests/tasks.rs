@@ -240,3 +240,36 @@ fn seq2seq_and_qa_truncate_to_task_lengths() {
     assert_eq!(tok.decode(&ex.targets).unwrap(), "Ham");
     assert_eq!(ex.references, ["Ham", "Hamlet"]);
 }
+
+#[test]
+fn example_streams_reopen_at_every_position() {
+    let dir = tempfile::tempdir().unwrap();
+    write_all_fixtures(dir.path());
+    for (name, split) in [
+        ("c4", Split::Train),
+        ("multi_news", Split::Validation),
+        ("wiki40b", Split::Train),
+    ] {
+        let spec = registry::lookup(name).unwrap();
+        let opts = SourceOptions {
+            data_dir: Some(dir.path().join(name)),
+            ..Default::default()
+        };
+        let files = split_files(spec, split, &opts).unwrap();
+        let mut stream = ExampleStream::open_at(spec, files.clone(), Default::default()).unwrap();
+        let mut positions = vec![stream.position()];
+        let mut all = Vec::new();
+        while let Some(e) = stream.next() {
+            all.push(e.unwrap());
+            positions.push(stream.position());
+        }
+        assert!(all.len() >= 2, "{name}");
+        for (k, at) in positions.iter().enumerate() {
+            let rest: Vec<Example> = ExampleStream::open_at(spec, files.clone(), *at)
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            assert_eq!(rest, all[k..], "{name} reopened at {at:?}");
+        }
+    }
+}
