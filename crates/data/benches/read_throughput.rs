@@ -136,7 +136,7 @@ fn main() {
         )
         .unwrap();
         writer.write(&batch).unwrap();
-        if docs % 20_000 == 0 {
+        if docs.is_multiple_of(20_000) {
             writer.flush().unwrap(); // row groups of 20k documents (~55 MB of text)
         }
     }

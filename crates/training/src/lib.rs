@@ -2,8 +2,11 @@
 //! provenance and atomic result files.
 
 pub mod device;
+pub mod optimizer;
 pub mod provenance;
+pub mod schedule;
 pub mod step;
+pub mod trainer;
 
 pub use device::Backend;
 pub use provenance::{Provenance, write_atomic, write_json};

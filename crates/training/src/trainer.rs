@@ -1,0 +1,345 @@
+//! The step-based training loop: gradient accumulation, an external LR schedule, evaluation every N
+//! steps, cost accounting, atomic checkpoints with exact resume, Ctrl-C, and `metrics.csv`.
+//!
+//! Exact resume: a checkpoint holds the model, the optimizer state, the step and counters, the
+//! task's state (data position and RNGs) and the metrics so far; dropout is reseeded from
+//! `seed + step` before every step, so a resumed run takes the same steps as an uninterrupted one.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow, bail};
+use burn::module::Module;
+use burn::optim::{GradientsAccumulator, GradientsParams};
+use burn::tensor::{Device, Tensor};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::optimizer::OptimizerConfig;
+use crate::provenance::write_atomic;
+use crate::schedule::Schedule;
+
+/// How to train (the run-type layer of an experiment's config).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// Optimizer steps.
+    pub steps: usize,
+    pub optimizer: OptimizerConfig,
+    pub schedule: Schedule,
+    /// Micro-batches whose gradients are summed into one step (1 = none).
+    pub grad_accum: usize,
+    /// Per-parameter gradient L2-norm clipping; `None` = off.
+    pub clip_norm: Option<f32>,
+    /// Evaluate (and write a metrics row) every this many steps, and at the last step.
+    pub eval_every: usize,
+    /// Checkpoint every this many steps (0 = only at the end and on Ctrl-C).
+    pub checkpoint_every: usize,
+    /// Seeds dropout (reseeded every step from `seed + step`).
+    pub seed: u64,
+}
+
+/// What the loop trains on. The task owns the data and the loss.
+pub trait Task<M> {
+    /// Saved in checkpoints: data position, RNG states.
+    type State: Serialize + DeserializeOwned;
+    /// Loss of the next training micro-batch (on the autodiff device), and the tokens it holds.
+    fn train_loss(&mut self, model: &M, device: &Device) -> Result<(Tensor<1>, usize)>;
+    /// Token-level mean loss on the held-out data; `model` is in validation mode.
+    fn eval_loss(&mut self, model: &M, device: &Device) -> Result<f64>;
+    fn state(&self) -> Self::State;
+    fn restore(&mut self, state: Self::State) -> Result<()>;
+}
+
+/// One row of `metrics.csv` (one per evaluation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsRow {
+    pub step: usize,
+    pub tokens: u64,
+    /// Training device-seconds (evaluation excluded) × devices, in hours.
+    pub device_hours: f64,
+    /// Analytic training FLOPs so far.
+    pub flops: f64,
+    /// Mean training loss since the previous row.
+    pub train_loss: f64,
+    pub eval_loss: f64,
+    pub eval_ppl: f64,
+    pub tokens_per_s: f64,
+    pub lr: f64,
+}
+
+pub const METRICS_HEADER: &str =
+    "step,tokens,device_hours,flops,train_loss,eval_loss,eval_ppl,tokens_per_s,lr";
+
+/// Where a run is; saved as `checkpoint/state.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RunState<S> {
+    step: usize,
+    tokens: u64,
+    device_seconds: f64,
+    /// Every training loss so far (one per step): the resume test compares them.
+    losses: Vec<f64>,
+    rows: Vec<MetricsRow>,
+    task: S,
+}
+
+/// Options that are not part of the experiment (they do not change results).
+#[derive(Clone)]
+pub struct RunOptions {
+    /// Set by Ctrl-C (or a test): checkpoint at the next step boundary and stop.
+    pub stop: Arc<AtomicBool>,
+    /// Devices the step runs on (device-hours = seconds × devices).
+    pub devices: usize,
+    /// Training FLOPs of one optimizer step (all micro-batches).
+    pub flops_per_step: f64,
+    /// Label for progress lines.
+    pub label: String,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub steps: usize,
+    pub interrupted: bool,
+    pub losses: Vec<f64>,
+    pub rows: Vec<MetricsRow>,
+}
+
+/// Installs a Ctrl-C handler that sets `stop` (once per process; later calls share the first flag).
+pub fn stop_on_ctrl_c() -> Arc<AtomicBool> {
+    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+    FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        let f = flag.clone();
+        if let Err(e) = ctrlc::set_handler(move || f.store(true, Ordering::SeqCst)) {
+            eprintln!("warning: no Ctrl-C handler ({e}); interrupting loses progress since the last checkpoint");
+        }
+        flag
+    })
+    .clone()
+}
+
+fn checkpoint_dir(out: &Path) -> PathBuf {
+    out.join("checkpoint")
+}
+
+/// Writes the checkpoint next to the old one, then swaps directories, so a crash mid-write
+/// leaves the previous checkpoint intact.
+fn save_checkpoint<M: Module + Clone, S: Serialize>(
+    out: &Path,
+    model: &M,
+    optim: &burn::optim::ModuleOptimizer,
+    state: &RunState<S>,
+) -> Result<()> {
+    let dir = checkpoint_dir(out);
+    let tmp = out.join("checkpoint.tmp");
+    let old = out.join("checkpoint.old");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    model
+        .clone()
+        .save_file(tmp.join("model.bpk"))
+        .map_err(|e| anyhow!("saving the model: {e:?}"))?;
+    optim
+        .save(tmp.join("optimizer.bin"))
+        .map_err(|e| anyhow!("saving the optimizer: {e:?}"))?;
+    std::fs::write(tmp.join("state.json"), serde_json::to_vec(state)?)?;
+    let _ = std::fs::remove_dir_all(&old);
+    if dir.exists() {
+        std::fs::rename(&dir, &old)?;
+    }
+    std::fs::rename(&tmp, &dir)?;
+    let _ = std::fs::remove_dir_all(&old);
+    Ok(())
+}
+
+fn write_metrics(out: &Path, rows: &[MetricsRow]) -> Result<()> {
+    let mut csv = String::from(METRICS_HEADER);
+    csv.push('\n');
+    for r in rows {
+        csv.push_str(&format!(
+            "{},{},{:.6e},{:.6e},{:.6},{:.6},{:.4},{:.1},{:.6e}\n",
+            r.step,
+            r.tokens,
+            r.device_hours,
+            r.flops,
+            r.train_loss,
+            r.eval_loss,
+            r.eval_ppl,
+            r.tokens_per_s,
+            r.lr
+        ));
+    }
+    write_atomic(&out.join("metrics.csv"), csv.as_bytes())
+}
+
+/// Trains `model` on `task` for `cfg.steps` steps, writing `metrics.csv` and `checkpoint/` under
+/// `out`. A checkpoint already in `out` is resumed from.
+pub fn train<M, T>(
+    cfg: &TrainConfig,
+    model: M,
+    task: &mut T,
+    device: &Device,
+    out: &Path,
+    opts: &RunOptions,
+) -> Result<Outcome>
+where
+    M: Module + Clone,
+    T: Task<M>,
+{
+    if cfg.steps == 0 || cfg.grad_accum == 0 || cfg.eval_every == 0 {
+        bail!(
+            "steps, grad_accum and eval_every must be positive (got {}, {}, {})",
+            cfg.steps,
+            cfg.grad_accum,
+            cfg.eval_every
+        );
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut optim = cfg.optimizer.init(cfg.clip_norm);
+    let mut model = model;
+    let ckpt = checkpoint_dir(out);
+    let mut run: RunState<T::State> = if ckpt.join("state.json").exists() {
+        let state: RunState<T::State> =
+            serde_json::from_slice(&std::fs::read(ckpt.join("state.json"))?).map_err(|e| {
+                anyhow!(
+                    "{} is not a checkpoint of this run ({e}); delete {} to start over",
+                    ckpt.display(),
+                    ckpt.display()
+                )
+            })?;
+        model = model.load_file(ckpt.join("model.bpk"));
+        optim = optim
+            .load(ckpt.join("optimizer.bin"))
+            .map_err(|e| anyhow!("loading {}: {e:?}", ckpt.join("optimizer.bin").display()))?;
+        eprintln!(
+            "{}: resuming from {} at step {}",
+            opts.label,
+            ckpt.display(),
+            state.step
+        );
+        state
+    } else {
+        RunState {
+            step: 0,
+            tokens: 0,
+            device_seconds: 0.0,
+            losses: Vec::new(),
+            rows: Vec::new(),
+            task: task.state(),
+        }
+    };
+    task.restore(serde_json::from_value(serde_json::to_value(&run.task)?)?)?;
+
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(cfg.steps as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{prefix} [{bar:30}] {pos}/{len} steps {msg} ETA {eta}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(opts.label.clone());
+        bar.set_position(run.step as u64);
+        bar
+    });
+    let mut since_eval: Vec<f64> = Vec::new();
+    let mut interrupted = false;
+    while run.step < cfg.steps {
+        if opts.stop.load(Ordering::SeqCst) {
+            interrupted = true;
+            break;
+        }
+        let step = run.step + 1;
+        let lr = cfg.schedule.lr(step, cfg.steps);
+        device.seed(cfg.seed.wrapping_add(step as u64));
+        let start = Instant::now();
+        let mut accum = GradientsAccumulator::new();
+        let mut loss_sum = 0.0;
+        let mut tokens = 0;
+        for _ in 0..cfg.grad_accum {
+            let (loss, n) = task.train_loss(&model, device)?;
+            let scaled = loss.clone() / cfg.grad_accum as f64;
+            accum.accumulate(
+                &model,
+                GradientsParams::from_grads(scaled.backward(), &model),
+            );
+            loss_sum += loss.into_scalar::<f32>() as f64;
+            tokens += n;
+        }
+        let loss = loss_sum / cfg.grad_accum as f64;
+        if !loss.is_finite() {
+            let last = run.step;
+            bail!(
+                "step {step}: the training loss is {loss}; the last good checkpoint is {} (step {last}); lower the learning rate or resume from it",
+                if ckpt.exists() {
+                    ckpt.display().to_string()
+                } else {
+                    "none".into()
+                }
+            );
+        }
+        model = optim.step(lr, model, accum.grads());
+        device.sync().map_err(|e| anyhow!("device: {e:?}"))?;
+        run.device_seconds += start.elapsed().as_secs_f64();
+        run.tokens += tokens as u64;
+        run.step = step;
+        run.losses.push(loss);
+        since_eval.push(loss);
+
+        if step % cfg.eval_every == 0 || step == cfg.steps {
+            let eval_loss = task.eval_loss(&model.valid(), device)?;
+            let row = MetricsRow {
+                step,
+                tokens: run.tokens,
+                device_hours: run.device_seconds * opts.devices as f64 / 3600.0,
+                flops: opts.flops_per_step * step as f64,
+                train_loss: since_eval.iter().sum::<f64>() / since_eval.len().max(1) as f64,
+                eval_loss,
+                eval_ppl: eval_loss.exp(),
+                tokens_per_s: run.tokens as f64 / run.device_seconds.max(1e-9),
+                lr,
+            };
+            since_eval.clear();
+            let msg = format!(
+                "loss {:.3} eval {:.3} {:.0} tok/s",
+                row.train_loss, eval_loss, row.tokens_per_s
+            );
+            match &bar {
+                Some(b) => b.set_message(msg),
+                None => eprintln!("{} step {step}/{}: {msg}", opts.label, cfg.steps),
+            }
+            run.rows.push(row);
+            write_metrics(out, &run.rows)?;
+        }
+        if let Some(b) = &bar {
+            b.set_position(step as u64);
+        }
+        if cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 {
+            run.task = task.state();
+            save_checkpoint(out, &model, &optim, &run)?;
+        }
+    }
+    run.task = task.state();
+    save_checkpoint(out, &model, &optim, &run)?;
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    if interrupted {
+        eprintln!(
+            "{}: stopped at step {}; checkpoint in {} (run again to resume)",
+            opts.label,
+            run.step,
+            ckpt.display()
+        );
+    }
+    Ok(Outcome {
+        steps: run.step,
+        interrupted,
+        losses: run.losses,
+        rows: run.rows,
+    })
+}
