@@ -246,7 +246,6 @@ where
         bar.set_position(run.step as u64);
         bar
     });
-    let mut since_eval: Vec<f64> = Vec::new();
     let mut interrupted = false;
     while run.step < cfg.steps {
         if opts.stop.load(Ordering::SeqCst) {
@@ -288,22 +287,22 @@ where
         run.tokens += tokens as u64;
         run.step = step;
         run.losses.push(loss);
-        since_eval.push(loss);
 
         if step % cfg.eval_every == 0 || step == cfg.steps {
             let eval_loss = task.eval_loss(&model.valid(), device)?;
+            // From the run's losses, not a buffer, so a resumed run writes the same row.
+            let since = &run.losses[run.rows.last().map_or(0, |r| r.step)..];
             let row = MetricsRow {
                 step,
                 tokens: run.tokens,
                 device_hours: run.device_seconds * opts.devices as f64 / 3600.0,
                 flops: opts.flops_per_step * step as f64,
-                train_loss: since_eval.iter().sum::<f64>() / since_eval.len().max(1) as f64,
+                train_loss: since.iter().sum::<f64>() / since.len().max(1) as f64,
                 eval_loss,
                 eval_ppl: eval_loss.exp(),
                 tokens_per_s: run.tokens as f64 / run.device_seconds.max(1e-9),
                 lr,
             };
-            since_eval.clear();
             let msg = format!(
                 "loss {:.3} eval {:.3} {:.0} tok/s",
                 row.train_loss, eval_loss, row.tokens_per_s
