@@ -8,6 +8,7 @@
 //! - [`lm`]: [`ModelConfig`] (architecture by name, paper presets) and [`LanguageModel`].
 
 pub mod attention;
+pub mod flops;
 pub mod gau;
 pub mod layers;
 pub mod lm;
