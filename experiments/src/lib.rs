@@ -3,6 +3,7 @@
 //! provenance. Each binary is a thin `main` over one module here.
 
 pub mod latency;
+pub mod lm_sweep;
 
 use std::path::PathBuf;
 use std::str::FromStr;

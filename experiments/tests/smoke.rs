@@ -48,3 +48,72 @@ fn table11_rejects_unknown_models_and_missing_results() {
     let err = latency::run(cli("table11", &out.join("none"), &["--report"])).unwrap_err();
     assert!(format!("{err:#}").contains("run table11 first"), "{err:#}");
 }
+
+/// A corpus in the offline corpus's layout, so the test does not need `just data`.
+fn tiny_corpus(dir: &std::path::Path) {
+    for split in ["train", "validation"] {
+        let texts: Vec<String> = (0..4)
+            .map(|i| {
+                format!("{split} {i}: ") + &"To be, or not to be, that is the question. ".repeat(4)
+            })
+            .collect();
+        data::corpus::write_parquet(
+            &dir.join(format!("data/{split}-00000-of-00001.parquet")),
+            vec![(
+                "text",
+                std::sync::Arc::new(arrow_array::StringArray::from(texts)) as arrow_array::ArrayRef,
+            )],
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
+    use experiments::lm_sweep;
+    let out = std::env::temp_dir().join(format!("fig6-smoke-{}", std::process::id()));
+    let corpus = out.join("corpus");
+    tiny_corpus(&corpus);
+    let data_dir = format!("data_dir=\"{}\"", corpus.display());
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--set", data_dir.as_str()];
+        args.extend_from_slice(extra);
+        lm_sweep::run(cli("fig6", &out, &args), &|_| {
+            include_str!("../configs/fig6/smoke.toml")
+        })
+    };
+    run(&[]).unwrap();
+    let csv = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
+    // 6 models × 2 contexts × 2 evaluations.
+    assert_eq!(csv.lines().count(), 1 + 6 * 2 * 2, "{csv}");
+    for file in [
+        "table.md",
+        "ppl_vs_hours_16.png",
+        "ppl_vs_hours_32.svg",
+        "config.json",
+        "env.json",
+        "data.json",
+    ] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert!(
+        table.contains("| transformer_plusplus | 16 | 4 |") && table.contains("1.00×"),
+        "{table}"
+    );
+    // A second run finds every checkpoint finished and rewrites the same numbers.
+    run(&[]).unwrap();
+    let again = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
+    assert_eq!(csv, again);
+    // A changed configuration does not silently resume another run's checkpoints.
+    let err = run(&["--set", "peak_lr=0.5"]).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("holds a run with another configuration"),
+        "{err:#}"
+    );
+    // --report redraws from the CSV alone.
+    std::fs::remove_file(out.join("table.md")).unwrap();
+    lm_sweep::run(cli("fig6", &out, &["--report"]), &|_| "").unwrap();
+    assert!(out.join("table.md").is_file());
+    std::fs::remove_dir_all(&out).unwrap();
+}

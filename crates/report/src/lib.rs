@@ -198,3 +198,46 @@ mod tests {
         assert!(chart.save(&dir.join("empty"), &[]).is_err());
     }
 }
+
+/// Device-hours at which a quality curve first reaches `target` perplexity (or lower), by linear
+/// interpolation between evaluations; `None` if it never does. `curve`: (device_hours, ppl) in
+/// training order.
+pub fn time_to_reach(curve: &[(f64, f64)], target: f64) -> Option<f64> {
+    let mut prev: Option<(f64, f64)> = None;
+    for &(h, p) in curve {
+        if p <= target {
+            return Some(match prev {
+                Some((h0, p0)) if p0 > p => h0 + (h - h0) * (p0 - target) / (p0 - p),
+                _ => h,
+            });
+        }
+        prev = Some((h, p));
+    }
+    None
+}
+
+/// The FLASH paper's speedup: the baseline's training time divided by the time `model` takes to
+/// reach the baseline's final perplexity; `None` when the model never reaches it.
+pub fn speedup_to_baseline(baseline: &[(f64, f64)], model: &[(f64, f64)]) -> Option<f64> {
+    let &(hours, final_ppl) = baseline.last()?;
+    time_to_reach(model, final_ppl)
+        .filter(|&t| t > 0.0)
+        .map(|t| hours / t)
+}
+
+#[cfg(test)]
+mod speedup_tests {
+    use super::*;
+
+    #[test]
+    fn speedup_interpolates_the_crossing() {
+        let baseline = [(1.0, 30.0), (2.0, 20.0), (4.0, 10.0)];
+        // Reaches 10 halfway between 1.5 h (12) and 2.5 h (8): at 2.0 h → 4 / 2 = 2×.
+        let model = [(0.5, 25.0), (1.5, 12.0), (2.5, 8.0)];
+        assert!((speedup_to_baseline(&baseline, &model).unwrap() - 2.0).abs() < 1e-12);
+        assert_eq!(time_to_reach(&model, 5.0), None);
+        assert_eq!(speedup_to_baseline(&baseline, &[(1.0, 11.0)]), None);
+        // The baseline against itself: 1×.
+        assert_eq!(speedup_to_baseline(&baseline, &baseline), Some(1.0));
+    }
+}

@@ -1,0 +1,310 @@
+//! Quality vs training cost (the FLASH paper's Figures 5–6 and Tables 3, 12, 13): every model at
+//! every context length trained on the same data for the same steps, perplexity against
+//! device-hours, and the speedup to reach the baseline's final perplexity.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, Result, anyhow, bail};
+use data::registry::{self, Split};
+use data::source::{SourceOptions, split_files};
+use data::tokenize::{self, TokenizerSpec};
+use model::{Architecture, Direction, ModelConfig};
+use report::{LineChart, Scale, Series, speedup_to_baseline};
+use serde::{Deserialize, Serialize};
+use training::lm_task::CausalLmTask;
+use training::optimizer::OptimizerConfig;
+use training::schedule::{Decay, Schedule};
+use training::trainer::{RunOptions, TrainConfig, stop_on_ctrl_c, train};
+use training::write_atomic;
+
+use crate::Cli;
+
+/// One sweep, one file per scale under `experiments/configs/<id>/`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LmSweepConfig {
+    /// What the run reproduces and what the paper reports.
+    pub description: String,
+    /// Dataset name (`datasets list`).
+    pub dataset: String,
+    /// A directory holding the dataset's files in the hub repo's layout (as `datasets --data-dir`);
+    /// empty: the Hugging Face cache / hub, or `data/` for the offline corpus.
+    pub data_dir: String,
+    /// `bytes`, `bpe:N`, `unigram:N`, `file:PATH` or `hub:REPO`.
+    pub tokenizer: String,
+    /// Architectures by name.
+    pub models: Vec<String>,
+    /// The model whose final perplexity the others must reach (the paper: Transformer++, or
+    /// Transformer+ for PG-19).
+    pub baseline: String,
+    /// Context lengths.
+    pub contexts: Vec<usize>,
+    /// Model size preset (`tiny`, `latency_bench`, `paper_base`, `paper_large`).
+    pub preset: String,
+    /// Tokens per batch; batch = max(1, tokens_per_batch / context).
+    pub tokens_per_batch: usize,
+    /// Optimizer steps per run.
+    pub steps: usize,
+    pub optimizer: OptimizerConfig,
+    pub peak_lr: f64,
+    pub warmup_steps: usize,
+    pub decay: Decay,
+    /// Micro-batches per step.
+    pub grad_accum: usize,
+    /// Per-parameter gradient-norm clipping; 0 = off.
+    pub clip_norm: f32,
+    /// Evaluate every this many steps.
+    pub eval_every: usize,
+    /// Held-out windows (of `context + 1` tokens) from the validation split.
+    pub eval_windows: usize,
+    /// Checkpoint every this many steps (0 = at the end and on Ctrl-C).
+    pub checkpoint_every: usize,
+    pub seed: u64,
+}
+
+/// One row of the sweep's `metrics.csv`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SweepRow {
+    pub model: String,
+    pub context: usize,
+    pub step: usize,
+    pub tokens: u64,
+    pub device_hours: f64,
+    pub flops: f64,
+    pub train_loss: f64,
+    pub eval_loss: f64,
+    pub eval_ppl: f64,
+    pub tokens_per_s: f64,
+    pub lr: f64,
+}
+
+pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result<()> {
+    if cli.report_only {
+        return render(&cli.out, None);
+    }
+    let config: LmSweepConfig = cli.load_config(builtin)?;
+    let spec = registry::lookup(&config.dataset)?;
+    let models: Vec<Architecture> = config
+        .models
+        .iter()
+        .map(|m| m.parse().map_err(|e: String| anyhow!(e)))
+        .collect::<Result<_>>()?;
+    if !config.models.contains(&config.baseline) {
+        bail!(
+            "baseline `{}` is not one of the models {:?}",
+            config.baseline,
+            config.models
+        );
+    }
+    let tokenizer: TokenizerSpec = config.tokenizer.parse()?;
+    let source = SourceOptions {
+        data_dir: (!config.data_dir.is_empty()).then(|| config.data_dir.clone().into()),
+        ..SourceOptions::default()
+    };
+    let train_files = split_files(spec, Split::Train, &source)?;
+    let eval_files = split_files(spec, Split::Validation, &source)?;
+    let texts_spec = spec;
+    let tok_files = train_files.clone();
+    let load_tok = || {
+        tokenize::load(
+            &tokenizer,
+            spec.name,
+            &source.local_root.join("tokenizers"),
+            || {
+                let docs = data::source::ExampleStream::open_at(
+                    texts_spec,
+                    tok_files.clone(),
+                    Default::default(),
+                )?;
+                Ok(Box::new(docs.filter_map(Result::ok).map(|e| e.all_text())))
+            },
+        )
+    };
+    let tok_description = load_tok()?.description;
+    std::fs::create_dir_all(&cli.out)
+        .with_context(|| format!("cannot create {}", cli.out.display()))?;
+    let provenance = cli.save_provenance(&config)?;
+    write_atomic(
+        &cli.out.join("data.json"),
+        serde_json::to_string_pretty(&serde_json::json!({
+            "dataset": spec.name, "train_split": "train", "eval_split": "validation",
+            "train_files": train_files, "eval_files": eval_files, "tokenizer": tok_description,
+        }))?
+        .as_bytes(),
+    )?;
+    let device = cli.backend.train_device()?;
+    let stop = stop_on_ctrl_c();
+    let mut rows: Vec<SweepRow> = Vec::new();
+    for &context in &config.contexts {
+        for (arch, name) in models.iter().zip(&config.models) {
+            let batch = (config.tokens_per_batch / context).max(1);
+            let tok = load_tok()?;
+            let model_config = ModelConfig::preset(&config.preset, *arch, context)
+                .map_err(|e| anyhow!(e))?
+                .with_vocab_size(tok.vocab_size());
+            let mut task = CausalLmTask::new(
+                spec,
+                train_files.clone(),
+                eval_files.clone(),
+                tok,
+                batch,
+                context,
+                config.eval_windows,
+            )?;
+            device.seed(config.seed);
+            let model = model_config.init(Direction::Causal, &device);
+            let train_config = TrainConfig {
+                steps: config.steps,
+                optimizer: config.optimizer,
+                schedule: Schedule {
+                    peak_lr: config.peak_lr,
+                    warmup_steps: config.warmup_steps,
+                    decay: config.decay,
+                },
+                grad_accum: config.grad_accum,
+                clip_norm: (config.clip_norm > 0.0).then_some(config.clip_norm),
+                eval_every: config.eval_every,
+                checkpoint_every: config.checkpoint_every,
+                seed: config.seed,
+            };
+            let opts = RunOptions {
+                stop: stop.clone(),
+                devices: 1,
+                flops_per_step: model_config
+                    .train_flops_per_step(batch * config.grad_accum, context),
+                label: format!("{name} @ {context}"),
+            };
+            let run_dir = cli.out.join("runs").join(format!("{name}-{context}"));
+            guard_run_dir(
+                &run_dir,
+                &serde_json::json!({"model": model_config, "train": train_config, "batch": batch}),
+            )?;
+            let outcome = train(&train_config, model, &mut task, &device, &run_dir, &opts)?;
+            rows.extend(outcome.rows.iter().map(|r| SweepRow {
+                model: name.clone(),
+                context,
+                step: r.step,
+                tokens: r.tokens,
+                device_hours: r.device_hours,
+                flops: r.flops,
+                train_loss: r.train_loss,
+                eval_loss: r.eval_loss,
+                eval_ppl: r.eval_ppl,
+                tokens_per_s: r.tokens_per_s,
+                lr: r.lr,
+            }));
+            write_rows(&cli.out, &rows)?;
+            if outcome.interrupted || stop.load(Ordering::SeqCst) {
+                bail!(
+                    "interrupted; run the same command again to resume from the checkpoints in {}",
+                    cli.out.join("runs").display()
+                );
+            }
+        }
+    }
+    render(&cli.out, Some(&config.baseline))?;
+    eprintln!("wrote {} ({})", cli.out.display(), provenance.device);
+    Ok(())
+}
+
+/// A run directory resumes only the run it was made for: its resolved model and training config are
+/// saved there, and a different one is an error rather than a silent mix.
+fn guard_run_dir(dir: &Path, resolved: &serde_json::Value) -> Result<()> {
+    let path = dir.join("run_config.json");
+    if let Ok(saved) = std::fs::read(&path) {
+        let saved: serde_json::Value = serde_json::from_slice(&saved).unwrap_or_default();
+        if &saved != resolved {
+            bail!(
+                "{} holds a run with another configuration; delete it (or pass --out DIR) to start this one",
+                dir.display()
+            );
+        }
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    write_atomic(&path, serde_json::to_string_pretty(resolved)?.as_bytes())
+}
+
+fn write_rows(out: &Path, rows: &[SweepRow]) -> Result<()> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        w.serialize(r)?;
+    }
+    write_atomic(&out.join("metrics.csv"), &w.into_inner()?)
+}
+
+/// Charts (perplexity vs device-hours, one per context) and `table.md` (final perplexity and
+/// speedup to the baseline's final perplexity) from `metrics.csv`.
+pub fn render(out: &Path, baseline: Option<&str>) -> Result<()> {
+    let path = out.join("metrics.csv");
+    let rows: Vec<SweepRow> = csv::Reader::from_path(&path)
+        .with_context(|| format!("cannot read {}: run the experiment first", path.display()))?
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("malformed {}", path.display()))?;
+    let baseline = match baseline {
+        Some(b) => b.to_string(),
+        None => {
+            let config: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(out.join("config.json"))?)?;
+            config["baseline"]
+                .as_str()
+                .unwrap_or("transformer_plusplus")
+                .to_string()
+        }
+    };
+    let mut contexts: Vec<usize> = rows.iter().map(|r| r.context).collect();
+    contexts.sort_unstable();
+    contexts.dedup();
+    let mut models: Vec<String> = Vec::new();
+    for r in &rows {
+        if !models.contains(&r.model) {
+            models.push(r.model.clone());
+        }
+    }
+    let curve = |m: &str, c: usize| -> Vec<(f64, f64)> {
+        rows.iter()
+            .filter(|r| r.model == m && r.context == c)
+            .map(|r| (r.device_hours, r.eval_ppl))
+            .collect()
+    };
+    let mut md = format!(
+        "# Perplexity and speedup to {baseline}'s final perplexity\n\n\
+         Final held-out perplexity per model and context, and the speedup: {baseline}'s training time divided by the time\n\
+         the model takes to reach {baseline}'s final perplexity (— when it never does). Generated from `metrics.csv`.\n\n\
+         | model | context | steps | device-hours | final ppl | speedup |\n|---|---|---|---|---|---|\n"
+    );
+    for &c in &contexts {
+        let mut series = Vec::new();
+        for m in &models {
+            let points = curve(m, c);
+            let Some(&(hours, ppl)) = points.last() else {
+                continue;
+            };
+            let steps = rows
+                .iter()
+                .filter(|r| &r.model == m && r.context == c)
+                .map(|r| r.step)
+                .max()
+                .unwrap_or(0);
+            let speedup = speedup_to_baseline(&curve(&baseline, c), &points)
+                .map(|s| format!("{s:.2}×"))
+                .unwrap_or_else(|| "—".into());
+            md += &format!("| {m} | {c} | {steps} | {hours:.3e} | {ppl:.2} | {speedup} |\n");
+            series.push(Series {
+                name: m.clone(),
+                points,
+            });
+        }
+        LineChart {
+            title: format!("Held-out perplexity vs training cost, context {c}"),
+            x_label: "device-hours (training only)".into(),
+            y_label: "perplexity".into(),
+            x_scale: Scale::Log2,
+            y_scale: Scale::Log2,
+        }
+        .save(&out.join(format!("ppl_vs_hours_{c}")), &series)?;
+    }
+    write_atomic(&out.join("table.md"), md.as_bytes())
+}
