@@ -104,24 +104,20 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     };
     let train_files = split_files(spec, Split::Train, &source)?;
     let eval_files = split_files(spec, Split::Validation, &source)?;
-    let texts_spec = spec;
-    let tok_files = train_files.clone();
-    let load_tok = || {
-        tokenize::load(
-            &tokenizer,
-            spec.name,
-            &source.local_root.join("tokenizers"),
-            || {
-                let docs = data::source::ExampleStream::open_at(
-                    texts_spec,
-                    tok_files.clone(),
-                    Default::default(),
-                )?;
-                Ok(Box::new(docs.filter_map(Result::ok).map(|e| e.all_text())))
-            },
-        )
-    };
-    let tok_description = load_tok()?.description;
+    let tok = tokenize::load(
+        &tokenizer,
+        spec.name,
+        &source.local_root.join("tokenizers"),
+        || {
+            let docs = data::source::ExampleStream::open_at(
+                spec,
+                train_files.clone(),
+                Default::default(),
+            )?;
+            Ok(Box::new(docs.filter_map(Result::ok).map(|e| e.all_text())))
+        },
+    )?;
+    let tok_description = tok.description.clone();
     std::fs::create_dir_all(&cli.out)
         .with_context(|| format!("cannot create {}", cli.out.display()))?;
     let provenance = cli.save_provenance(&config)?;
@@ -139,7 +135,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     for &context in &config.contexts {
         for (arch, name) in models.iter().zip(&config.models) {
             let batch = (config.tokens_per_batch / context).max(1);
-            let tok = load_tok()?;
+            let tok = tok.clone();
             let model_config = ModelConfig::preset(&config.preset, *arch, context)
                 .map_err(|e| anyhow!(e))?
                 .with_vocab_size(tok.vocab_size());

@@ -222,6 +222,20 @@ fn select(v: Value, key: &str) -> Value {
     }
 }
 
+/// [`select`] by reference: clones only the value found, not the whole object.
+fn lookup(v: &Value, path: &[&str]) -> Value {
+    match (v, path.split_first()) {
+        (_, None) => v.clone(),
+        (Value::Object(m), Some((key, rest))) => {
+            m.get(*key).map_or(Value::Null, |x| lookup(x, rest))
+        }
+        (Value::Array(items), Some(_)) => {
+            Value::Array(items.iter().map(|i| lookup(i, path)).collect())
+        }
+        _ => Value::Null,
+    }
+}
+
 /// One cell of an arrow array as JSON: every string encoding (Utf8, LargeUtf8, Utf8View and
 /// dictionary-encoded strings), integers, floats, booleans, lists and structs.
 fn to_json(array: &dyn Array, i: usize) -> Result<Value> {
@@ -329,10 +343,8 @@ impl Iterator for JsonGzRows {
         };
         let mut fields = Vec::new();
         for col in &self.columns {
-            let mut v = obj.clone();
-            for key in col.split('.') {
-                v = select(v, key);
-            }
+            let path: Vec<&str> = col.split('.').collect();
+            let v = lookup(&obj, &path);
             if v.is_null() && obj.get(col.split('.').next().unwrap_or_default()).is_none() {
                 return Some(Err(anyhow!(
                     "{} line {}: no field `{col}`",

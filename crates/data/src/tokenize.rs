@@ -84,6 +84,7 @@ impl From<TokenizerSpec> for String {
 }
 
 /// A loaded tokenizer and a description of it for provenance.
+#[derive(Clone)]
 pub struct Tok {
     inner: Option<Tokenizer>,
     /// What it is and where it came from (recorded with every result).

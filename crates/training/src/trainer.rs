@@ -44,7 +44,7 @@ pub struct TrainConfig {
 /// What the loop trains on. The task owns the data and the loss.
 pub trait Task<M> {
     /// Saved in checkpoints: data position, RNG states.
-    type State: Serialize + DeserializeOwned;
+    type State: Serialize + DeserializeOwned + Clone;
     /// Loss of the next training micro-batch (on the autodiff device), and the tokens it holds.
     fn train_loss(&mut self, model: &M, device: &Device) -> Result<(Tensor<1>, usize)>;
     /// Token-level mean loss on the held-out data; `model` is in validation mode.
@@ -231,7 +231,7 @@ where
             task: task.state(),
         }
     };
-    task.restore(serde_json::from_value(serde_json::to_value(&run.task)?)?)?;
+    task.restore(run.task.clone())?;
 
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(cfg.steps as u64);
