@@ -7,6 +7,7 @@
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 
+use crate::fused::{self, AttentionSpec, ScoreFn};
 use crate::layers::{
     Direction, Relu2Scaling, causal_ones, exclusive_chunk_sum, future_mask, pad_time, padded_len,
     relu2,
@@ -71,6 +72,24 @@ pub fn relu2_attention(
     factor: f64,
     direction: Direction,
 ) -> Tensor<3> {
+    let spec = AttentionSpec {
+        score: ScoreFn::Relu2,
+        scale: factor as f32,
+        causal: direction == Direction::Causal,
+    };
+    fused::attention(&q, &k, &v, bias.as_ref(), spec)
+        .unwrap_or_else(|| relu2_attention_reference(q, k, v, bias, factor, direction))
+}
+
+/// [`relu2_attention`] as plain burn operations (the reference the fused kernel is tested against).
+pub fn relu2_attention_reference(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    bias: Option<Tensor<2>>,
+    factor: f64,
+    direction: Direction,
+) -> Tensor<3> {
     let t = q.dims()[1];
     let mut scores = q.matmul(k.swap_dims(1, 2)).mul_scalar(factor); // [N, T, T]
     if let Some(bias) = bias {
@@ -115,15 +134,14 @@ pub fn mixed_chunk_attention(
     let mut out: Option<Tensor<4>> = None;
     if parts.local() {
         let (qq, kq) = (chunked(qq, s), chunked(kq, s));
-        let mut scores = qq.matmul(kq.swap_dims(2, 3)).mul_scalar(factor); // [N, G, C, C]
-        if let Some(bias) = bias {
-            scores = scores + bias.unsqueeze::<4>();
-        }
-        let mut a = relu2(scores);
-        if direction == Direction::Causal {
-            a = a * causal_ones(chunk, &vg.device()).unsqueeze::<4>();
-        }
-        out = Some(a.matmul(vg.clone()));
+        out = Some(local_chunk_attention(
+            qq,
+            kq,
+            vg.clone(),
+            bias,
+            factor,
+            direction,
+        ));
     }
     if parts.global() {
         let (ql, kl) = (chunked(ql, s), chunked(kl, s));
@@ -142,10 +160,58 @@ pub fn mixed_chunk_attention(
     out.reshape([n, tp, e]).narrow(1, 0, t)
 }
 
+/// The local part of mixed chunk attention: `relu²(Q Kᵀ · f + b) V` within each chunk (causal:
+/// lower triangle with diagonal).
+///
+/// qq, kq: [N, G, C, s]; vg: [N, G, C, e]; bias: [C, C] or none → [N, G, C, e].
+pub fn local_chunk_attention(
+    qq: Tensor<4>,
+    kq: Tensor<4>,
+    vg: Tensor<4>,
+    bias: Option<Tensor<2>>,
+    factor: f64,
+    direction: Direction,
+) -> Tensor<4> {
+    let [n, g, c, s] = qq.dims();
+    let e = vg.dims()[3];
+    // Every chunk is an independent sequence of C positions with the same [C, C] bias.
+    let flat = |x: Tensor<4>, w: usize| x.reshape([n * g, c, w]);
+    relu2_attention(
+        flat(qq, s),
+        flat(kq, s),
+        flat(vg, e),
+        bias,
+        factor,
+        direction,
+    )
+    .reshape([n, g, c, e])
+}
+
 /// Softmax attention `softmax(Q Kᵀ / sqrt(dh) + mask) V`.
 ///
 /// q, k, v: [N, T, dh]; `key_keep`: [N, 1, T] (1 = real key) or none → [N, T, dh].
 pub fn softmax_attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    key_keep: Option<Tensor<3, Bool>>,
+    direction: Direction,
+) -> Tensor<3> {
+    let dh = q.dims()[2];
+    let spec = AttentionSpec {
+        score: ScoreFn::Softmax,
+        scale: 1.0 / (dh as f32).sqrt(),
+        causal: direction == Direction::Causal,
+    };
+    let fused_out = match key_keep {
+        None => fused::attention(&q, &k, &v, None, spec),
+        Some(_) => None,
+    };
+    fused_out.unwrap_or_else(|| softmax_attention_reference(q, k, v, key_keep, direction))
+}
+
+/// [`softmax_attention`] as plain burn operations (the reference the fused kernel is tested against).
+pub fn softmax_attention_reference(
     q: Tensor<3>,
     k: Tensor<3>,
     v: Tensor<3>,

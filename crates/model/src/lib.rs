@@ -4,11 +4,13 @@
 //!
 //! - [`layers`]: norms, RoPE, relative position bias, scaled sinusoid, relu², chunk helpers;
 //! - [`attention`]: the attention kernels as plain functions (full and one-token forms);
+//! - [`fused`]: fused CPU kernels (attention, cross-entropy) with hand-written backward passes;
 //! - [`gau`]: the GAU / FLASH layer; [`transformer`]: the Transformer block of the baselines;
 //! - [`lm`]: [`ModelConfig`] (architecture by name, paper presets) and [`LanguageModel`].
 
 pub mod attention;
 pub mod flops;
+pub mod fused;
 pub mod gau;
 pub mod layers;
 pub mod lm;

@@ -435,13 +435,22 @@ pub fn cross_entropy(
     targets: Tensor<1, Int>,
     weights: Option<Tensor<1>>,
 ) -> Tensor<1> {
-    let [n, _] = logits.dims();
-    let logp = log_softmax(logits, 1);
-    let picked = logp.gather(1, targets.reshape([n, 1])).reshape([n]);
+    let nll = crate::fused::cross_entropy_rows(&logits, &targets)
+        .unwrap_or_else(|| cross_entropy_rows_reference(logits, targets));
     match weights {
-        Some(w) => -(picked * w.clone()).sum() / w.sum().clamp_min(1.0),
-        None => -picked.mean(),
+        Some(w) => (nll * w.clone()).sum() / w.sum().clamp_min(1.0),
+        None => nll.mean(),
     }
+}
+
+/// Per-row `−log softmax(logits)[target]` as plain burn operations (the reference of the fused
+/// kernel). logits: [N, V]; targets: [N] → [N].
+pub fn cross_entropy_rows_reference(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
+    let [n, _] = logits.dims();
+    log_softmax(logits, 1)
+        .gather(1, targets.reshape([n, 1]))
+        .reshape([n])
+        .neg()
 }
 
 /// Next-token loss of a causal LM: predicts `tokens[:, 1:]` from `tokens[:, :-1]`. tokens: [B, T + 1].

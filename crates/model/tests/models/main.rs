@@ -4,6 +4,7 @@
 mod causality;
 mod chunked;
 mod common;
+mod fused;
 mod losses;
 mod overfit;
 mod padding;

@@ -1,0 +1,816 @@
+//! Fused CPU kernels with hand-written backward passes, for burn's `flex` backend.
+//!
+//! A plain burn graph materialises every intermediate of attention and of the loss: the [N, T, S]
+//! scores, their scaled, biased, masked and normalised copies, and one autodiff record per step,
+//! each a full pass over memory. XLA fuses those chains; to compare architectures fairly against the
+//! JAX anchor (`shared/notes/performance.md`) every architecture gets the same treatment here:
+//!
+//! - [`attention`]: `score(Q Kᵀ · scale + bias) V` for score ∈ {softmax, relu²}, optionally causal,
+//!   computed in blocks of query rows (the block's scores live in one reused buffer, as in
+//!   FlashAttention), with the backward recomputing the block's scores instead of storing them;
+//!   causal blocks stop at the diagonal.
+//! - [`cross_entropy_rows`]: `logsumexp(x) − x[target]` per row, whose gradient is
+//!   `softmax(x) − onehot(target)`: one pass forward, one backward.
+//!
+//! Each returns `None` when the tensors do not live on `flex` (plain, or autodiff without gradient
+//! checkpointing); callers then use the plain burn reference in `attention.rs` / `lm.rs`, which the
+//! tests compare these kernels against (outputs and gradients, odd lengths). `REPRO_KERNELS=reference`
+//! forces the reference everywhere (for benchmarks of the two).
+
+use std::fmt;
+use std::sync::Arc;
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::{Autodiff, BackendTypes, DispatchDevice, Flex, GradientCheckpointingStrategy};
+use burn::prelude::*;
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+type Ad = Autodiff<Flex>;
+
+/// Query rows per block: the block's scores are `ROW_BLOCK × S` floats (4 MB at S = 8192).
+pub const ROW_BLOCK: usize = 128;
+
+/// How a kernel uses the thread pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Threads {
+    /// Batch elements run in parallel, each single-threaded.
+    PerBatch,
+    /// One batch element at a time, with multi-threaded matrix products and rows.
+    Within,
+}
+
+impl Threads {
+    fn gemm(self) -> Parallelism {
+        match self {
+            Threads::PerBatch => Parallelism::None,
+            Threads::Within => Parallelism::Rayon(0),
+        }
+    }
+}
+
+/// Where a tensor's computation can go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// `flex` with autodiff (no gradient checkpointing): fused forward and backward.
+    Autodiff,
+    /// Plain `flex`: fused forward.
+    Plain,
+    /// Anything else: the caller's reference implementation.
+    Reference,
+}
+
+/// Whether `REPRO_KERNELS=reference` asks for the plain burn implementations.
+pub fn forced_reference() -> bool {
+    std::env::var("REPRO_KERNELS").is_ok_and(|v| v == "reference")
+}
+
+fn route(device: &Device) -> Route {
+    if forced_reference() {
+        return Route::Reference;
+    }
+    match device.as_dispatch() {
+        DispatchDevice::Flex(_) => Route::Plain,
+        DispatchDevice::Autodiff(ad)
+            if ad.gradient_checkpointing_strategy() == GradientCheckpointingStrategy::Disabled
+                && matches!(ad.clone().inner(), DispatchDevice::Flex(_)) =>
+        {
+            Route::Autodiff
+        }
+        _ => Route::Reference,
+    }
+}
+
+/// Whether the fused kernels run for tensors on `device`.
+pub fn available(device: &Device) -> bool {
+    route(device) != Route::Reference
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw buffers.
+
+/// The f32 elements of a flex tensor in row-major order (copied only when not contiguous).
+fn contiguous(t: &FlexTensor) -> FlexTensor {
+    if t.is_contiguous() && t.as_slice::<f32>().is_some() {
+        t.clone()
+    } else {
+        t.to_contiguous()
+    }
+}
+
+fn slice(t: &FlexTensor) -> &[f32] {
+    t.as_slice::<f32>()
+        .expect("fused kernels take contiguous f32 tensors")
+}
+
+fn flex_from(data: Vec<f32>, shape: Vec<usize>) -> FlexTensor {
+    FlexTensor::from_data(TensorData::new(data, shape))
+}
+
+fn dims(t: &FlexTensor) -> Vec<usize> {
+    t.layout().shape().to_vec()
+}
+
+/// `dst[m×n] (+)= beta · A[m×k] · B[k×n]`, each matrix given by a pointer and (row, column) strides;
+/// `dst` is row-major with row stride `dst_rs`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn matmul(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut f32,
+    dst_rs: usize,
+    accumulate: bool,
+    a: (*const f32, usize, usize),
+    b: (*const f32, usize, usize),
+    beta: f32,
+    par: Parallelism,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    // SAFETY: the caller guarantees that every index reached through the strides is in bounds.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            dst_rs as isize,
+            accumulate,
+            a.0,
+            a.2 as isize,
+            a.1 as isize,
+            b.0,
+            b.2 as isize,
+            b.1 as isize,
+            1.0,
+            beta,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+/// `exp(x)` for f32 by range reduction and a degree-6 polynomial (Cephes `expf`), written without
+/// branches so that it vectorises; relative error below 2e-7 on [−87, 88], 0 below −87.
+#[inline(always)]
+pub fn fast_exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let xc = x.clamp(-87.0, 88.0);
+    let n = (xc * LOG2E).round();
+    let r = xc - n * LN2_HI - n * LN2_LO;
+    let p = 1.987_569_1e-4_f32;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 5e-1;
+    let p = p * r * r + r + 1.0;
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    let y = p * scale;
+    if x < -87.0 { 0.0 } else { y }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention.
+
+/// The function applied to the scores of [`attention`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScoreFn {
+    /// Row-wise softmax (Transformers).
+    Softmax,
+    /// Elementwise `relu(x)²` (GAU, FLASH §2).
+    Relu2,
+}
+
+/// What [`attention`] computes: `score(Q Kᵀ · scale + bias) V`, keys after the query masked out
+/// when `causal`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionSpec {
+    /// The score function.
+    pub score: ScoreFn,
+    /// Multiplies `Q Kᵀ` before the bias.
+    pub scale: f32,
+    /// Whether query i sees only keys j ≤ i.
+    pub causal: bool,
+}
+
+/// Inputs of one attention call as contiguous flex tensors.
+#[derive(Clone)]
+struct AttnInputs {
+    q: FlexTensor,
+    k: FlexTensor,
+    v: FlexTensor,
+    bias: Option<FlexTensor>,
+    spec: AttentionSpec,
+    /// (N, T, S, dk, dv)
+    n: usize,
+    t: usize,
+    s: usize,
+    dk: usize,
+    dv: usize,
+}
+
+impl AttnInputs {
+    fn new(
+        q: &FlexTensor,
+        k: &FlexTensor,
+        v: &FlexTensor,
+        bias: Option<&FlexTensor>,
+        spec: AttentionSpec,
+    ) -> Self {
+        let (qd, kd, vd) = (dims(q), dims(k), dims(v));
+        let [n, t, dk] = [qd[0], qd[1], qd[2]];
+        let s = kd[1];
+        let dv = vd[2];
+        assert_eq!(
+            (kd[0], kd[2], vd[0], vd[1]),
+            (n, dk, n, s),
+            "attention shapes"
+        );
+        if spec.causal {
+            assert_eq!(t, s, "causal attention needs as many queries as keys");
+        }
+        if let Some(b) = bias {
+            assert_eq!(dims(b), vec![t, s], "attention bias shape");
+        }
+        Self {
+            q: contiguous(q),
+            k: contiguous(k),
+            v: contiguous(v),
+            bias: bias.map(contiguous),
+            spec,
+            n,
+            t,
+            s,
+            dk,
+            dv,
+        }
+    }
+
+    /// Keys visible to the query block ending (exclusively) at row `i1`.
+    fn key_limit(&self, i1: usize) -> usize {
+        if self.spec.causal { i1 } else { self.s }
+    }
+
+    /// Whether batch elements run in parallel (each with a single-threaded gemm) or one after
+    /// another (with a multi-threaded gemm and parallel rows).
+    fn parallel_batches(&self) -> bool {
+        self.n >= rayon::current_num_threads()
+    }
+
+    /// Scores of query rows `i0..i1` of batch element `b` against keys `0..kmax`, scaled and
+    /// biased, into `buf` ([i1 − i0, kmax] row-major); masked entries are `−inf`.
+    fn scores(&self, b: usize, i0: usize, i1: usize, buf: &mut [f32], par: Threads) {
+        let kmax = self.key_limit(i1);
+        let (q, k) = (slice(&self.q), slice(&self.k));
+        let (dk, rows) = (self.dk, i1 - i0);
+        let qp = q[(b * self.t + i0) * dk..].as_ptr();
+        let kp = k[b * self.s * dk..].as_ptr();
+        // SAFETY: rows × dk of q from row i0 and kmax × dk of k are inside b's slices; buf holds rows × kmax.
+        unsafe {
+            matmul(
+                (rows, kmax, dk),
+                buf.as_mut_ptr(),
+                kmax,
+                false,
+                (qp, dk, 1),
+                (kp, 1, dk),
+                self.spec.scale,
+                par.gemm(),
+            );
+        }
+        let bias = self.bias.as_ref().map(slice);
+        let causal = self.spec.causal;
+        let s = self.s;
+        let fix_row = |(r, row): (usize, &mut [f32])| {
+            let i = i0 + r;
+            if let Some(bias) = bias {
+                let brow = &bias[i * s..i * s + kmax];
+                row.iter_mut().zip(brow).for_each(|(x, b)| *x += b);
+            }
+            if causal {
+                row[i + 1..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+            }
+        };
+        if par == Threads::PerBatch {
+            buf.chunks_mut(kmax).enumerate().for_each(fix_row);
+        } else {
+            buf.par_chunks_mut(kmax).enumerate().for_each(fix_row);
+        }
+    }
+}
+
+/// Applies the score function in place to one row of scores; returns the row's log-sum-exp
+/// (softmax) or 0 (relu²).
+#[inline]
+fn score_row(score: ScoreFn, row: &mut [f32]) -> f32 {
+    match score {
+        ScoreFn::Softmax => {
+            let m = row.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+            let mut l = 0.0f32;
+            for x in row.iter_mut() {
+                *x = fast_exp(*x - m);
+                l += *x;
+            }
+            let inv = 1.0 / l;
+            row.iter_mut().for_each(|x| *x *= inv);
+            m + l.ln()
+        }
+        ScoreFn::Relu2 => {
+            row.iter_mut().for_each(|x| {
+                let r = x.max(0.0);
+                *x = r * r;
+            });
+            0.0
+        }
+    }
+}
+
+/// Forward of one batch element: writes `out` ([T, dv]) and `lse` ([T], softmax only).
+fn attn_forward_one(
+    x: &AttnInputs,
+    b: usize,
+    out: &mut [f32],
+    lse: &mut [f32],
+    buf: &mut Vec<f32>,
+    par: Threads,
+) {
+    let v = slice(&x.v);
+    let vp = v[b * x.s * x.dv..].as_ptr();
+    for i0 in (0..x.t).step_by(ROW_BLOCK) {
+        let i1 = (i0 + ROW_BLOCK).min(x.t);
+        let kmax = x.key_limit(i1);
+        let rows = i1 - i0;
+        buf.resize(rows * kmax, 0.0);
+        x.scores(b, i0, i1, buf, par);
+        let score = x.spec.score;
+        let lse_blk = &mut lse[i0..i1];
+        if par == Threads::PerBatch {
+            buf.chunks_mut(kmax)
+                .zip(lse_blk.iter_mut())
+                .for_each(|(row, l)| *l = score_row(score, row));
+        } else {
+            buf.par_chunks_mut(kmax)
+                .zip(lse_blk.par_iter_mut())
+                .for_each(|(row, l)| *l = score_row(score, row));
+        }
+        // SAFETY: buf is rows × kmax, v's kmax × dv rows are inside b's slice, out holds T × dv.
+        unsafe {
+            matmul(
+                (rows, x.dv, kmax),
+                out[i0 * x.dv..].as_mut_ptr(),
+                x.dv,
+                false,
+                (buf.as_ptr(), kmax, 1),
+                (vp, x.dv, 1),
+                1.0,
+                par.gemm(),
+            );
+        }
+    }
+}
+
+/// Forward over all batch elements: ([N, T, dv], log-sum-exp [N, T]).
+fn attn_forward(x: &AttnInputs) -> (Vec<f32>, Vec<f32>) {
+    let mut out = vec![0f32; x.n * x.t * x.dv];
+    let mut lse = vec![0f32; x.n * x.t];
+    if x.parallel_batches() {
+        out.par_chunks_mut(x.t * x.dv)
+            .zip(lse.par_chunks_mut(x.t))
+            .enumerate()
+            .for_each_init(Vec::new, |buf, (b, (o, l))| {
+                attn_forward_one(x, b, o, l, buf, Threads::PerBatch)
+            });
+    } else {
+        let mut buf = Vec::new();
+        for (b, (o, l)) in out
+            .chunks_mut(x.t * x.dv)
+            .zip(lse.chunks_mut(x.t))
+            .enumerate()
+        {
+            attn_forward_one(x, b, o, l, &mut buf, Threads::Within);
+        }
+    }
+    (out, lse)
+}
+
+/// Gradients of batch element `b`, given the forward's output and log-sum-exp ([N, T, dv], [N, T])
+/// and the upstream gradient [N, T, dv].
+#[allow(clippy::too_many_arguments)]
+fn attn_backward_one(
+    x: &AttnInputs,
+    b: usize,
+    (out, lse, grad): (&[f32], &[f32], &[f32]),
+    (dq, dk, dv): (&mut [f32], &mut [f32], &mut [f32]),
+    mut dbias: Option<&mut [f32]>,
+    (buf, dp): (&mut Vec<f32>, &mut Vec<f32>),
+    par: Threads,
+) {
+    let (q, k, v) = (slice(&x.q), slice(&x.k), slice(&x.v));
+    let (t, s, dkw, dvw) = (x.t, x.s, x.dk, x.dv);
+    // This batch element's rows of the forward output, log-sum-exp and upstream gradient.
+    let out = &out[b * t * dvw..(b + 1) * t * dvw];
+    let lse = &lse[b * t..(b + 1) * t];
+    let grad = &grad[b * t * dvw..(b + 1) * t * dvw];
+    let qb = &q[b * t * dkw..(b + 1) * t * dkw];
+    let kp = k[b * s * dkw..].as_ptr();
+    let vp = v[b * s * dvw..].as_ptr();
+    let score = x.spec.score;
+    for i0 in (0..t).step_by(ROW_BLOCK) {
+        let i1 = (i0 + ROW_BLOCK).min(t);
+        let kmax = x.key_limit(i1);
+        let rows = i1 - i0;
+        buf.resize(rows * kmax, 0.0);
+        dp.resize(rows * kmax, 0.0);
+        x.scores(b, i0, i1, buf, par);
+        // dP = dO Vᵀ: [rows, kmax].
+        // SAFETY: grad rows i0..i1 × dv, v's kmax × dv, dp rows × kmax.
+        unsafe {
+            matmul(
+                (rows, kmax, dvw),
+                dp.as_mut_ptr(),
+                kmax,
+                false,
+                (grad[i0 * dvw..].as_ptr(), dvw, 1),
+                (vp, 1, dvw),
+                1.0,
+                par.gemm(),
+            );
+        }
+        // buf ← P (the probabilities / relu² weights), dp ← dX (gradient of the biased scores).
+        let row_fn = |(r, (p_row, d_row)): (usize, (&mut [f32], &mut [f32]))| {
+            let i = i0 + r;
+            match score {
+                ScoreFn::Softmax => {
+                    let l = lse[i];
+                    let o = &out[i * dvw..(i + 1) * dvw];
+                    let g = &grad[i * dvw..(i + 1) * dvw];
+                    let delta: f32 = o.iter().zip(g).map(|(a, b)| a * b).sum();
+                    for (p, d) in p_row.iter_mut().zip(d_row.iter_mut()) {
+                        *p = fast_exp(*p - l);
+                        *d = *p * (*d - delta);
+                    }
+                }
+                ScoreFn::Relu2 => {
+                    for (p, d) in p_row.iter_mut().zip(d_row.iter_mut()) {
+                        let r = p.max(0.0);
+                        *p = r * r;
+                        *d *= 2.0 * r;
+                    }
+                }
+            }
+        };
+        if par == Threads::PerBatch {
+            buf.chunks_mut(kmax)
+                .zip(dp.chunks_mut(kmax))
+                .enumerate()
+                .for_each(row_fn);
+        } else {
+            buf.par_chunks_mut(kmax)
+                .zip(dp.par_chunks_mut(kmax))
+                .enumerate()
+                .for_each(row_fn);
+        }
+        if let Some(db) = dbias.as_deref_mut() {
+            for (r, d_row) in dp.chunks(kmax).enumerate() {
+                let i = i0 + r;
+                db[i * s..i * s + kmax]
+                    .iter_mut()
+                    .zip(d_row)
+                    .for_each(|(a, d)| *a += d);
+            }
+        }
+        let scale = x.spec.scale;
+        // SAFETY: all operands are inside b's slices: dp, buf rows × kmax; q, dq rows i0..i1;
+        // k, dk, v, dv rows 0..kmax.
+        unsafe {
+            // dQ = dX K · scale
+            matmul(
+                (rows, dkw, kmax),
+                dq[i0 * dkw..].as_mut_ptr(),
+                dkw,
+                false,
+                (dp.as_ptr(), kmax, 1),
+                (kp, dkw, 1),
+                scale,
+                par.gemm(),
+            );
+            // dK += dXᵀ Q · scale
+            matmul(
+                (kmax, dkw, rows),
+                dk.as_mut_ptr(),
+                dkw,
+                true,
+                (dp.as_ptr(), 1, kmax),
+                (qb[i0 * dkw..].as_ptr(), dkw, 1),
+                scale,
+                par.gemm(),
+            );
+            // dV += Pᵀ dO
+            matmul(
+                (kmax, dvw, rows),
+                dv.as_mut_ptr(),
+                dvw,
+                true,
+                (buf.as_ptr(), 1, kmax),
+                (grad[i0 * dvw..].as_ptr(), dvw, 1),
+                1.0,
+                par.gemm(),
+            );
+        }
+    }
+}
+
+/// Gradients (dQ, dK, dV, dBias) of [`attention`] given the upstream gradient [N, T, dv].
+fn attn_backward(
+    x: &AttnInputs,
+    out: &[f32],
+    lse: &[f32],
+    grad: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+    let (n, t, s, dkw, dvw) = (x.n, x.t, x.s, x.dk, x.dv);
+    let mut dq = vec![0f32; n * t * dkw];
+    let mut dk = vec![0f32; n * s * dkw];
+    let mut dv = vec![0f32; n * s * dvw];
+    let has_bias = x.bias.is_some();
+    let dbias = if x.parallel_batches() {
+        let partial: Vec<Option<Vec<f32>>> = dq
+            .par_chunks_mut(t * dkw)
+            .zip(dk.par_chunks_mut(s * dkw))
+            .zip(dv.par_chunks_mut(s * dvw))
+            .enumerate()
+            .map_init(
+                || (Vec::new(), Vec::new()),
+                |(buf, dp), (b, ((dq, dk), dv))| {
+                    let mut db = has_bias.then(|| vec![0f32; t * s]);
+                    attn_backward_one(
+                        x,
+                        b,
+                        (out, lse, grad),
+                        (dq, dk, dv),
+                        db.as_deref_mut(),
+                        (buf, dp),
+                        Threads::PerBatch,
+                    );
+                    db
+                },
+            )
+            .collect();
+        partial.into_iter().reduce(|a, b| match (a, b) {
+            (Some(mut a), Some(b)) => {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                Some(a)
+            }
+            _ => None,
+        })
+    } else {
+        let mut db = has_bias.then(|| vec![0f32; t * s]);
+        let (mut buf, mut dp) = (Vec::new(), Vec::new());
+        for (b, ((dq, dk), dv)) in dq
+            .chunks_mut(t * dkw)
+            .zip(dk.chunks_mut(s * dkw))
+            .zip(dv.chunks_mut(s * dvw))
+            .enumerate()
+        {
+            attn_backward_one(
+                x,
+                b,
+                (out, lse, grad),
+                (dq, dk, dv),
+                db.as_deref_mut(),
+                (&mut buf, &mut dp),
+                Threads::Within,
+            );
+        }
+        Some(db)
+    }
+    .flatten();
+    (dq, dk, dv, dbias)
+}
+
+/// What the attention backward keeps from the forward.
+#[derive(Clone)]
+struct AttnSaved {
+    inputs: AttnInputs,
+    out: Arc<Vec<f32>>,
+    lse: Arc<Vec<f32>>,
+}
+
+impl fmt::Debug for AttnSaved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AttnSaved({:?})", self.inputs.spec)
+    }
+}
+
+#[derive(Debug)]
+struct AttnBackward;
+
+impl<const P: usize> Backward<Flex, P> for AttnBackward {
+    type State = AttnSaved;
+
+    fn backward(self, ops: Ops<Self::State, P>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let saved = ops.state;
+        let x = &saved.inputs;
+        let grad = contiguous(&grads.consume::<Flex>(&ops.node));
+        let (dq, dk, dv, dbias) = attn_backward(x, &saved.out, &saved.lse, slice(&grad));
+        let shapes = [
+            vec![x.n, x.t, x.dk],
+            vec![x.n, x.s, x.dk],
+            vec![x.n, x.s, x.dv],
+            vec![x.t, x.s],
+        ];
+        let results = [Some(dq), Some(dk), Some(dv), dbias];
+        for ((parent, data), shape) in ops.parents.iter().zip(results).zip(shapes) {
+            if let (Some(node), Some(data)) = (parent, data) {
+                grads.register::<Flex>(node.id, flex_from(data, shape));
+            }
+        }
+    }
+}
+
+fn attention_autodiff<const P: usize>(
+    tensors: [<Ad as BackendTypes>::FloatTensorPrimitive; P],
+    spec: AttentionSpec,
+) -> <Ad as BackendTypes>::FloatTensorPrimitive {
+    let nodes = tensors.each_ref().map(|t| t.node());
+    let prims: Vec<FlexTensor> = tensors.iter().map(|t| t.primitive().clone()).collect();
+    let inputs = AttnInputs::new(&prims[0], &prims[1], &prims[2], prims.get(3), spec);
+    let (out, lse) = attn_forward(&inputs);
+    let shape = vec![inputs.n, inputs.t, inputs.dv];
+    let out = Arc::new(out);
+    let output = flex_from(out.as_ref().clone(), shape);
+    match AttnBackward
+        .prepare::<NoCheckpointing>(nodes)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(
+            AttnSaved {
+                inputs,
+                out,
+                lse: Arc::new(lse),
+            },
+            output,
+        ),
+        OpsKind::UnTracked(prep) => prep.finish(output),
+    }
+}
+
+/// `score(Q Kᵀ · scale + bias) V` fused (see the module doc), or `None` off `flex`.
+///
+/// q: [N, T, dk]; k: [N, S, dk]; v: [N, S, dv]; bias: [T, S] → [N, T, dv].
+pub fn attention(
+    q: &Tensor<3>,
+    k: &Tensor<3>,
+    v: &Tensor<3>,
+    bias: Option<&Tensor<2>>,
+    spec: AttentionSpec,
+) -> Option<Tensor<3>> {
+    match route(&q.device()) {
+        Route::Reference => None,
+        Route::Plain => {
+            let p = |t: &Tensor<3>| t.clone().try_into_primitive::<Flex>().ok();
+            let (q, k, v) = (p(q)?, p(k)?, p(v)?);
+            let bias = match bias {
+                Some(b) => Some(b.clone().try_into_primitive::<Flex>().ok()?),
+                None => None,
+            };
+            let inputs = AttnInputs::new(&q, &k, &v, bias.as_ref(), spec);
+            let (out, _) = attn_forward(&inputs);
+            let shape = vec![inputs.n, inputs.t, inputs.dv];
+            Some(Tensor::from_primitive::<Flex>(flex_from(out, shape)))
+        }
+        Route::Autodiff => {
+            let p = |t: &Tensor<3>| t.clone().try_into_primitive::<Ad>().ok();
+            let (q, k, v) = (p(q)?, p(k)?, p(v)?);
+            let out = match bias {
+                Some(b) => {
+                    let b = b.clone().try_into_primitive::<Ad>().ok()?;
+                    attention_autodiff([q, k, v, b], spec)
+                }
+                None => attention_autodiff([q, k, v], spec),
+            };
+            Some(Tensor::from_primitive::<Ad>(out))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cross-entropy.
+
+/// Per-row `logsumexp(x) − x[target]` and the log-sum-exps.
+fn ce_forward(logits: &[f32], v: usize, targets: &[i64]) -> (Vec<f32>, Vec<f32>) {
+    let rows: Vec<(f32, f32)> = logits
+        .par_chunks(v)
+        .zip(targets.par_iter())
+        .map(|(row, &t)| {
+            let m = row.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+            let l: f32 = row.iter().map(|&x| fast_exp(x - m)).sum();
+            let lse = m + l.ln();
+            (lse - row[t as usize], lse)
+        })
+        .collect();
+    rows.into_iter().unzip()
+}
+
+#[derive(Clone)]
+struct CeSaved {
+    logits: FlexTensor,
+    lse: Arc<Vec<f32>>,
+    targets: Arc<Vec<i64>>,
+}
+
+impl fmt::Debug for CeSaved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CeSaved({} rows)", self.targets.len())
+    }
+}
+
+#[derive(Debug)]
+struct CeBackward;
+
+impl Backward<Flex, 1> for CeBackward {
+    type State = CeSaved;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let saved = ops.state;
+        let grad = contiguous(&grads.consume::<Flex>(&ops.node));
+        let Some(node) = &ops.parents[0] else {
+            return;
+        };
+        let g = slice(&grad);
+        let logits = slice(&saved.logits);
+        let n = saved.targets.len();
+        let v = logits.len() / n.max(1);
+        let mut out = vec![0f32; logits.len()];
+        out.par_chunks_mut(v)
+            .zip(logits.par_chunks(v))
+            .enumerate()
+            .for_each(|(r, (o, x))| {
+                let (l, gr) = (saved.lse[r], g[r]);
+                o.iter_mut()
+                    .zip(x)
+                    .for_each(|(o, &x)| *o = gr * fast_exp(x - l));
+                o[saved.targets[r] as usize] -= gr;
+            });
+        grads.register::<Flex>(node.id, flex_from(out, vec![n, v]));
+    }
+}
+
+/// Per-row cross-entropy `−log softmax(logits)[target]` fused (see the module doc), or `None` off
+/// `flex`. logits: [N, V]; targets: [N] in `0..V` → [N].
+pub fn cross_entropy_rows(logits: &Tensor<2>, targets: &Tensor<1, Int>) -> Option<Tensor<1>> {
+    let route = route(&logits.device());
+    if route == Route::Reference {
+        return None;
+    }
+    let [n, v] = logits.dims();
+    let targets: Vec<i64> = targets
+        .clone()
+        .into_data()
+        .convert::<i64>()
+        .try_into_vec::<i64>()
+        .ok()?;
+    if let Some(bad) = targets.iter().find(|&&t| t < 0 || t as usize >= v) {
+        panic!("cross-entropy target {bad} outside the vocabulary 0..{v}");
+    }
+    match route {
+        Route::Plain => {
+            let x = contiguous(&logits.clone().try_into_primitive::<Flex>().ok()?);
+            let (loss, _) = ce_forward(slice(&x), v, &targets);
+            Some(Tensor::from_primitive::<Flex>(flex_from(loss, vec![n])))
+        }
+        Route::Autodiff => {
+            let x = logits.clone().try_into_primitive::<Ad>().ok()?;
+            let prim = contiguous(x.primitive());
+            let (loss, lse) = ce_forward(slice(&prim), v, &targets);
+            let output = flex_from(loss, vec![n]);
+            let out = match CeBackward
+                .prepare::<NoCheckpointing>([x.node()])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish(
+                    CeSaved {
+                        logits: prim,
+                        lse: Arc::new(lse),
+                        targets: Arc::new(targets),
+                    },
+                    output,
+                ),
+                OpsKind::UnTracked(prep) => prep.finish(output),
+            };
+            Some(Tensor::from_primitive::<Ad>(out))
+        }
+        Route::Reference => None,
+    }
+}

@@ -1,0 +1,245 @@
+//! The fused CPU kernels against their plain burn references (flash-linear-attention style):
+//! outputs and gradients of every input, odd lengths spanning several row blocks, both thread
+//! layouts (one batch element: parallel inside; several: parallel across), masked and unmasked.
+
+use burn::prelude::*;
+use model::attention::{
+    local_chunk_attention, relu2_attention_reference, softmax_attention_reference,
+};
+use model::fused::{self, AttentionSpec, ROW_BLOCK, ScoreFn, fast_exp};
+use model::lm::cross_entropy_rows_reference;
+use model::{Direction, cross_entropy};
+
+use crate::common::{assert_close, autodiff_device, device, randn, values};
+
+fn reference(
+    spec: AttentionSpec,
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    bias: Option<Tensor<2>>,
+) -> Tensor<3> {
+    let direction = if spec.causal {
+        Direction::Causal
+    } else {
+        Direction::Bidirectional
+    };
+    match spec.score {
+        ScoreFn::Relu2 => relu2_attention_reference(q, k, v, bias, spec.scale as f64, direction),
+        ScoreFn::Softmax => {
+            // The softmax reference has no bias and scales by 1/sqrt(dk): fold both into q.
+            assert!(bias.is_none());
+            let dk = q.dims()[2] as f64;
+            softmax_attention_reference(
+                q.mul_scalar(spec.scale as f64 * dk.sqrt()),
+                k,
+                v,
+                None,
+                direction,
+            )
+        }
+    }
+}
+
+fn cases() -> Vec<(AttentionSpec, bool)> {
+    let mut out = Vec::new();
+    for causal in [true, false] {
+        for (score, scale) in [(ScoreFn::Relu2, 1.0 / 150.0), (ScoreFn::Softmax, 0.25)] {
+            let biases: &[bool] = match score {
+                ScoreFn::Relu2 => &[true, false],
+                ScoreFn::Softmax => &[false],
+            };
+            for &bias in biases {
+                out.push((
+                    AttentionSpec {
+                        score,
+                        scale,
+                        causal,
+                    },
+                    bias,
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn attention_matches_reference_outputs_and_gradients() {
+    let (dk, dv) = (16, 24);
+    let t = 2 * ROW_BLOCK + 37; // three row blocks, the last one partial
+    for n in [1, 3] {
+        for (spec, with_bias) in cases() {
+            let what = format!("N={n} {spec:?} bias={with_bias}");
+            // Forward on the plain device.
+            let dev = device();
+            let q = randn([n, t, dk], 1, &dev);
+            let k = randn([n, t, dk], 2, &dev);
+            let v = randn([n, t, dv], 3, &dev);
+            let bias = with_bias.then(|| randn([t, t], 4, &dev).mul_scalar(0.1));
+            let fused_out = fused::attention(&q, &k, &v, bias.as_ref(), spec)
+                .expect("flex runs the fused kernel");
+            let ref_out = reference(spec, q, k, v, bias);
+            assert_close(&values(fused_out), &values(ref_out), 2e-5, &what);
+
+            // Gradients of every input on the autodiff device, under a random upstream gradient.
+            let dev = autodiff_device();
+            let leaf = |x: Tensor<3>| x.require_grad();
+            let q = leaf(randn([n, t, dk], 1, &dev));
+            let k = leaf(randn([n, t, dk], 2, &dev));
+            let v = leaf(randn([n, t, dv], 3, &dev));
+            let bias = with_bias.then(|| randn([t, t], 4, &dev).mul_scalar(0.1).require_grad());
+            let w = randn([n, t, dv], 5, &dev);
+            let grads_of = |out: Tensor<3>| {
+                let grads = (out * w.clone()).sum().backward();
+                let mut g: Vec<Vec<f32>> = [&q, &k, &v]
+                    .iter()
+                    .map(|x| values(x.grad(&grads).expect("gradient")))
+                    .collect();
+                if let Some(b) = &bias {
+                    g.push(values(b.grad(&grads).expect("bias gradient")));
+                }
+                g
+            };
+            let g_fused = grads_of(
+                fused::attention(&q, &k, &v, bias.as_ref(), spec).expect("fused autodiff"),
+            );
+            let g_ref = grads_of(reference(
+                spec,
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                bias.clone(),
+            ));
+            for (name, (a, b)) in ["dq", "dk", "dv", "dbias"]
+                .iter()
+                .zip(g_fused.iter().zip(&g_ref))
+            {
+                assert_close(a, b, 5e-5, &format!("{what}: {name}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn causal_fused_attention_does_not_see_the_future() {
+    let dev = device();
+    let (n, t, d) = (2, ROW_BLOCK + 9, 8);
+    let spec = AttentionSpec {
+        score: ScoreFn::Softmax,
+        scale: 0.3,
+        causal: true,
+    };
+    let q = randn([n, t, d], 1, &dev);
+    let k = randn([n, t, d], 2, &dev);
+    let v = randn([n, t, d], 3, &dev);
+    let base = values(fused::attention(&q, &k, &v, None, spec).unwrap());
+    // Changing the last key and value changes only the last query's output.
+    let k2 = k
+        .clone()
+        .slice_assign([0..n, t - 1..t, 0..d], randn([n, 1, d], 4, &dev));
+    let v2 = v
+        .clone()
+        .slice_assign([0..n, t - 1..t, 0..d], randn([n, 1, d], 5, &dev));
+    let moved = values(fused::attention(&q, &k2, &v2, None, spec).unwrap());
+    for b in 0..n {
+        for i in 0..t {
+            let row = |x: &[f32]| x[(b * t + i) * d..(b * t + i + 1) * d].to_vec();
+            let same = row(&base) == row(&moved);
+            assert_eq!(same, i + 1 < t, "batch {b}, query {i}");
+        }
+    }
+}
+
+#[test]
+fn local_chunk_attention_equals_full_relu2_attention_per_chunk() {
+    // The fused local part of mixed chunk attention against the reference run on each chunk alone.
+    let dev = autodiff_device();
+    let (n, g, c, s, e) = (2, 3, 40, 8, 12);
+    let qq = randn([n, g, c, s], 1, &dev).require_grad();
+    let kq = randn([n, g, c, s], 2, &dev).require_grad();
+    let vg = randn([n, g, c, e], 3, &dev).require_grad();
+    let bias = randn([c, c], 4, &dev).mul_scalar(0.1).require_grad();
+    let factor = 1.0 / c as f64;
+    let w = randn([n, g, c, e], 5, &dev);
+    for direction in [Direction::Causal, Direction::Bidirectional] {
+        let fused_out = local_chunk_attention(
+            qq.clone(),
+            kq.clone(),
+            vg.clone(),
+            Some(bias.clone()),
+            factor,
+            direction,
+        );
+        let flat = |x: &Tensor<4>, w: usize| x.clone().reshape([n * g, c, w]);
+        let ref_out = relu2_attention_reference(
+            flat(&qq, s),
+            flat(&kq, s),
+            flat(&vg, e),
+            Some(bias.clone()),
+            factor,
+            direction,
+        )
+        .reshape([n, g, c, e]);
+        let what = format!("{direction:?}");
+        assert_close(
+            &values(fused_out.clone()),
+            &values(ref_out.clone()),
+            2e-5,
+            &what,
+        );
+        let grads = |out: Tensor<4>| {
+            let gr = (out * w.clone()).sum().backward();
+            let mut v: Vec<Vec<f32>> = [&qq, &kq, &vg]
+                .iter()
+                .map(|x| values(x.grad(&gr).unwrap()))
+                .collect();
+            v.push(values(bias.grad(&gr).unwrap()));
+            v
+        };
+        for (a, b) in grads(fused_out).iter().zip(&grads(ref_out)) {
+            assert_close(a, b, 5e-5, &format!("{what} gradients"));
+        }
+    }
+}
+
+#[test]
+fn fused_cross_entropy_matches_log_softmax_values_and_gradients() {
+    let dev = autodiff_device();
+    let (n, v) = (37, 50);
+    // Large logits: the fused kernel must subtract the row maximum like log_softmax does.
+    let logits = randn([n, v], 1, &dev).mul_scalar(30.0).require_grad();
+    let targets: Vec<i64> = (0..n as i64).map(|i| (i * 7) % v as i64).collect();
+    let targets = Tensor::<1, Int>::from_data(TensorData::new(targets, [n]), &dev);
+    let weights = randn([n], 2, &dev).greater_elem(0.0).float();
+    let fused_rows = fused::cross_entropy_rows(&logits, &targets).expect("flex");
+    let ref_rows = cross_entropy_rows_reference(logits.clone(), targets.clone());
+    assert_close(
+        &values(fused_rows.clone()),
+        &values(ref_rows.clone()),
+        1e-5,
+        "per-row loss",
+    );
+    let w = randn([n], 3, &dev);
+    let g = |rows: Tensor<1>| values(logits.grad(&(rows * w.clone()).sum().backward()).unwrap());
+    assert_close(&g(fused_rows), &g(ref_rows), 1e-5, "gradient");
+    // The weighted mean of the public loss uses the fused rows.
+    let loss = cross_entropy(logits.clone(), targets.clone(), Some(weights.clone()));
+    let expect =
+        (cross_entropy_rows_reference(logits, targets) * weights.clone()).sum() / weights.sum();
+    assert_close(&values(loss), &values(expect), 1e-6, "weighted mean");
+}
+
+#[test]
+fn fast_exp_is_accurate_over_the_f32_range() {
+    let mut worst = 0f32;
+    let mut x = -87.0f32;
+    while x < 88.0 {
+        let (a, b) = (fast_exp(x), x.exp());
+        worst = worst.max((a - b).abs() / b);
+        x += 0.001_37;
+    }
+    assert!(worst < 3e-7, "relative error {worst:e}");
+    assert_eq!(fast_exp(-100.0), 0.0);
+    assert_eq!(fast_exp(f32::NEG_INFINITY), 0.0);
+}
