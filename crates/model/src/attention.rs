@@ -144,13 +144,7 @@ pub fn mixed_chunk_attention(
         ));
     }
     if parts.global() {
-        let (ql, kl) = (chunked(ql, s), chunked(kl, s));
-        let kv = kl.swap_dims(2, 3).matmul(vg).mul_scalar(factor); // [N, G, s, e]
-        let kv = match direction {
-            Direction::Causal => exclusive_chunk_sum(kv),
-            Direction::Bidirectional => kv.sum_dim(1), // [N, 1, s, e], broadcast over chunks
-        };
-        let lin = ql.matmul(kv); // [N, G, C, e]
+        let lin = global_chunk_attention(chunked(ql, s), chunked(kl, s), vg, factor, direction);
         out = Some(match out {
             Some(local) => local + lin,
             None => lin,
@@ -185,6 +179,50 @@ pub fn local_chunk_attention(
         direction,
     )
     .reshape([n, g, c, e])
+}
+
+/// The global part of mixed chunk attention: `Q_lin,g · Σ_h K_lin,hᵀ V_h · f` over strictly
+/// earlier chunks h < g (causal, [`exclusive_chunk_sum`]) or all chunks (bidirectional).
+///
+/// ql, kl: [N, G, C, s]; vg: [N, G, C, e] → [N, G, C, e].
+pub fn global_chunk_attention(
+    ql: Tensor<4>,
+    kl: Tensor<4>,
+    vg: Tensor<4>,
+    factor: f64,
+    direction: Direction,
+) -> Tensor<4> {
+    let [n, g, c, s] = ql.dims();
+    let e = vg.dims()[3];
+    let flat = |x: &Tensor<4>, w: usize| x.clone().reshape([n, g * c, w]);
+    let causal = direction == Direction::Causal;
+    match fused::chunk_linear_attention(
+        &flat(&ql, s),
+        &flat(&kl, s),
+        &flat(&vg, e),
+        c,
+        factor as f32,
+        causal,
+    ) {
+        Some(out) => out.reshape([n, g, c, e]),
+        None => global_chunk_attention_reference(ql, kl, vg, factor, direction),
+    }
+}
+
+/// [`global_chunk_attention`] as plain burn operations (the reference of the fused kernel).
+pub fn global_chunk_attention_reference(
+    ql: Tensor<4>,
+    kl: Tensor<4>,
+    vg: Tensor<4>,
+    factor: f64,
+    direction: Direction,
+) -> Tensor<4> {
+    let kv = kl.swap_dims(2, 3).matmul(vg).mul_scalar(factor); // [N, G, s, e]
+    let kv = match direction {
+        Direction::Causal => exclusive_chunk_sum(kv),
+        Direction::Bidirectional => kv.sum_dim(1), // [N, 1, s, e], broadcast over chunks
+    };
+    ql.matmul(kv) // [N, G, C, e]
 }
 
 /// Softmax attention `softmax(Q Kᵀ / sqrt(dh) + mask) V`.

@@ -11,12 +11,12 @@
 
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::silu;
 
 use crate::attention::{ChunkParts, mixed_chunk_attention, relu2_attention};
+use crate::fused::{Activation, activation};
 use crate::layers::{
     Direction, Norm, NormKind, RelPosBias, Relu2Scaling, Rope, ScaleOffset, add_to, append,
-    normal_init, relu2,
+    linear_columns, normal_init, relu2,
 };
 
 /// How a GAU layer spans the sequence.
@@ -157,10 +157,16 @@ impl Gau {
         rope: &Rope,
         keep: Option<&Tensor<3>>,
     ) -> (Tensor<3>, Tensor<3>, Vec<Tensor<3>>) {
-        let h = silu(self.proj.forward(self.norm.forward(x)));
-        let u = h.clone().narrow(2, 0, self.d_e);
-        let mut v = h.clone().narrow(2, self.d_e, self.d_e);
-        let z = h.narrow(2, 2 * self.d_e, self.d_qk);
+        let h = self.norm.forward(x);
+        let part = |start, len| {
+            activation(
+                linear_columns(&self.proj, h.clone(), start, len),
+                Activation::Silu,
+            )
+        };
+        let u = part(0, self.d_e);
+        let mut v = part(self.d_e, self.d_e);
+        let z = part(2 * self.d_e, self.d_qk);
         if let Some(keep) = keep {
             // Zero values at padded positions: that removes them from every attention part.
             v = v * keep.clone();

@@ -3,7 +3,7 @@
 //! target it directly.
 
 use burn::module::Param;
-use burn::nn::{Initializer, LayerNorm, LayerNormConfig};
+use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear};
 use burn::prelude::*;
 
 /// Standard deviation of the truncated-normal-like initialiser of the FLASH code (`WEIGHT_INITIALIZER`).
@@ -299,6 +299,23 @@ impl RelPosBias {
     pub fn square(&self, len: usize, device: &Device) -> Tensor<2> {
         self.block(0..len, len, device)
     }
+}
+
+/// Output columns `start .. start + len` of `linear` applied to `x`: [B, T, d_in] → [B, T, len],
+/// multiplying by that slice of the weight only.
+///
+/// Splitting a fused projection this way instead of narrowing its output keeps the backward pass
+/// small: the gradient of a narrowed [B, T, d_out] activation is a zero-filled tensor of the full
+/// width per slice, while the gradient of a narrowed weight is only [d_in, d_out].
+pub fn linear_columns(linear: &Linear, x: Tensor<3>, start: usize, len: usize) -> Tensor<3> {
+    let [b, t, d] = x.dims();
+    let w = linear.weight.val().narrow(1, start, len); // [d_in, len]
+    let y = x.reshape([b * t, d]).matmul(w);
+    let y = match &linear.bias {
+        Some(bias) => y + bias.val().narrow(0, start, len).unsqueeze::<2>(),
+        None => y,
+    };
+    y.reshape([b, t, len])
 }
 
 /// Per-dimension scale and offset producing `heads` cheap heads from one shared representation Z

@@ -12,14 +12,16 @@
 
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::{gelu, softmax};
+use burn::tensor::activation::softmax;
 
 use crate::attention::{
     ChunkParts, combiner_attention, favor_attention, favor_exponent, favor_features,
     favor_query_features, favor_ratio, mixed_chunk_attention, softmax_attention,
 };
+use crate::fused::{Activation, activation};
 use crate::layers::{
-    Direction, Norm, NormKind, Relu2Scaling, Rope, add_to, append, normal_init, relu2,
+    Direction, Norm, NormKind, Relu2Scaling, Rope, add_to, append, linear_columns, normal_init,
+    relu2,
 };
 
 /// Block size of the blockwise prefix sums of causal FAVOR+ (an implementation detail: any value
@@ -266,10 +268,9 @@ impl TransformerBlock {
     /// Q, K, V as [B·H, T, dh], with RoPE on Q and K when given.
     fn qkv(&self, x: Tensor<3>, rope: Option<&Rope>) -> (Tensor<3>, Tensor<3>, Tensor<3>) {
         let d = x.dims()[2];
-        let qkv = self.qkv.forward(self.norm1.forward(x));
-        let mut q = self.split_heads(qkv.clone().narrow(2, 0, d));
-        let mut k = self.split_heads(qkv.clone().narrow(2, d, d));
-        let v = self.split_heads(qkv.narrow(2, 2 * d, d));
+        let h = self.norm1.forward(x);
+        let part = |i: usize| self.split_heads(linear_columns(&self.qkv, h.clone(), i * d, d));
+        let (mut q, mut k, v) = (part(0), part(1), part(2));
         if let Some(rope) = rope {
             q = rope.apply(q);
             k = rope.apply(k);
@@ -278,13 +279,13 @@ impl TransformerBlock {
     }
 
     fn feed_forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let h = self.ffn_in.forward(self.norm2.forward(x.clone()));
+        let h = self.norm2.forward(x.clone());
         let h = match self.feed_forward {
-            FeedForwardKind::Mlp => gelu(h),
+            FeedForwardKind::Mlp => activation(self.ffn_in.forward(h), Activation::Gelu),
             FeedForwardKind::Glu => {
-                let a = h.clone().narrow(2, 0, self.d_ff);
-                let gate = h.narrow(2, self.d_ff, self.d_ff);
-                gelu(a) * gate
+                let a = linear_columns(&self.ffn_in, h.clone(), 0, self.d_ff);
+                let gate = linear_columns(&self.ffn_in, h, self.d_ff, self.d_ff);
+                activation(a, Activation::Gelu) * gate
             }
         };
         x + self.ffn_out.forward(h)

@@ -4,9 +4,10 @@
 
 use burn::prelude::*;
 use model::attention::{
-    local_chunk_attention, relu2_attention_reference, softmax_attention_reference,
+    global_chunk_attention, global_chunk_attention_reference, local_chunk_attention,
+    relu2_attention_reference, softmax_attention_reference,
 };
-use model::fused::{self, AttentionSpec, ROW_BLOCK, ScoreFn, fast_exp};
+use model::fused::{self, Activation, AttentionSpec, ROW_BLOCK, ScoreFn, activation, fast_exp};
 use model::lm::cross_entropy_rows_reference;
 use model::{Direction, cross_entropy};
 
@@ -242,4 +243,70 @@ fn fast_exp_is_accurate_over_the_f32_range() {
     assert!(worst < 3e-7, "relative error {worst:e}");
     assert_eq!(fast_exp(-100.0), 0.0);
     assert_eq!(fast_exp(f32::NEG_INFINITY), 0.0);
+}
+
+#[test]
+fn global_chunk_attention_matches_reference_outputs_and_gradients() {
+    let dev = autodiff_device();
+    let (g, c, s, e) = (4, 24, 8, 12);
+    for n in [1, 3] {
+        let ql = randn([n, g, c, s], 1, &dev).require_grad();
+        let kl = randn([n, g, c, s], 2, &dev).require_grad();
+        let vg = randn([n, g, c, e], 3, &dev).require_grad();
+        let w = randn([n, g, c, e], 4, &dev);
+        for direction in [Direction::Causal, Direction::Bidirectional] {
+            let what = format!("N={n} {direction:?}");
+            let factor = 1.0 / c as f64;
+            let fused_out =
+                global_chunk_attention(ql.clone(), kl.clone(), vg.clone(), factor, direction);
+            let ref_out = global_chunk_attention_reference(
+                ql.clone(),
+                kl.clone(),
+                vg.clone(),
+                factor,
+                direction,
+            );
+            assert_close(
+                &values(fused_out.clone()),
+                &values(ref_out.clone()),
+                2e-5,
+                &what,
+            );
+            let grads = |out: Tensor<4>| {
+                let gr = (out * w.clone()).sum().backward();
+                [&ql, &kl, &vg].map(|x| values(x.grad(&gr).unwrap()))
+            };
+            for (name, (a, b)) in ["dq", "dk", "dv"]
+                .iter()
+                .zip(grads(fused_out).iter().zip(&grads(ref_out)))
+            {
+                assert_close(a, b, 2e-5, &format!("{what}: {name}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn fused_activations_match_burn_values_and_gradients() {
+    let dev = autodiff_device();
+    let x = randn([3, 50, 7], 1, &dev).mul_scalar(4.0).require_grad();
+    let w = randn([3, 50, 7], 2, &dev);
+    for act in [Activation::Silu, Activation::Gelu] {
+        let fused_out = activation(x.clone(), act);
+        let ref_out = act.reference(x.clone());
+        let what = format!("{act:?}");
+        assert_close(
+            &values(fused_out.clone()),
+            &values(ref_out.clone()),
+            1e-6,
+            &what,
+        );
+        let g = |out: Tensor<3>| values(x.grad(&(out * w.clone()).sum().backward()).unwrap());
+        assert_close(
+            &g(fused_out),
+            &g(ref_out),
+            2e-6,
+            &format!("{what} gradient"),
+        );
+    }
 }
