@@ -11,6 +11,7 @@
 //!   causal blocks stop at the diagonal.
 //! - [`chunk_linear_attention`]: the global part of mixed chunk attention, with the running sums of
 //!   `K_linᵀ V` kept in one [s, e] buffer per sequence instead of a [G, s, e] tensor and its cumsum;
+//! - [`rotary`]: RoPE, with GAU's per-head scale and offset folded in, one pass each way;
 //! - [`activation`]: SiLU and GELU in one pass each way (burn records four to six ops for each);
 //! - [`cross_entropy_rows`]: `logsumexp(x) − x[target]` per row, whose gradient is
 //!   `softmax(x) − onehot(target)`: one pass forward, one backward.
@@ -180,7 +181,9 @@ pub fn fast_exp(x: f32) -> f32 {
     let p = p * r + 1.666_666_5e-1;
     let p = p * r + 5e-1;
     let p = p * r * r + r + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // SAFETY: n is an integer in [−126, 127] after the clamp, so the conversion is exact.
+    let n = unsafe { n.to_int_unchecked::<i32>() };
+    let scale = f32::from_bits(((n + 127) as u32) << 23);
     let y = p * scale;
     if x < -87.0 { 0.0 } else { y }
 }
@@ -1017,6 +1020,226 @@ pub fn chunk_linear_attention(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Rotary position embedding, with GAU's per-head scale and offset folded in.
+
+/// Rows per parallel task of the rotary kernel.
+const ROTARY_ROWS: usize = 256;
+
+/// RoPE tables as host slices: cos and sin, each [T, dim / 2].
+#[derive(Clone, Debug)]
+pub struct RotaryTables {
+    /// cos(p · ω_i), row-major [T, dim / 2].
+    pub cos: Arc<Vec<f32>>,
+    /// sin(p · ω_i), row-major [T, dim / 2].
+    pub sin: Arc<Vec<f32>>,
+    /// Number of positions T.
+    pub len: usize,
+}
+
+#[derive(Clone)]
+struct RotSaved {
+    input: FlexTensor,
+    gamma: Option<Arc<Vec<f32>>>,
+    tables: RotaryTables,
+}
+
+impl fmt::Debug for RotSaved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RotSaved({} positions)", self.tables.len)
+    }
+}
+
+/// `rotate(γ ⊙ x + β)` rows of width `dim`, in place in `out` (which holds x).
+fn rotate_rows(
+    out: &mut [f32],
+    first_row: usize,
+    dim: usize,
+    affine: Option<(&[f32], &[f32])>,
+    tab: &RotaryTables,
+) {
+    let half = dim / 2;
+    for (r, row) in out.chunks_mut(dim).enumerate() {
+        let p = (first_row + r) % tab.len;
+        if let Some((g, b)) = affine {
+            row.iter_mut()
+                .zip(g)
+                .zip(b)
+                .for_each(|((x, g), b)| *x = *x * g + b);
+        }
+        let (cos, sin) = (
+            &tab.cos[p * half..(p + 1) * half],
+            &tab.sin[p * half..(p + 1) * half],
+        );
+        let (x1, x2) = row.split_at_mut(half);
+        for i in 0..half {
+            let (a, b) = (x1[i], x2[i]);
+            x1[i] = a * cos[i] - b * sin[i];
+            x2[i] = b * cos[i] + a * sin[i];
+        }
+    }
+}
+
+fn rotate_forward(
+    x: &[f32],
+    dim: usize,
+    affine: Option<(&[f32], &[f32])>,
+    tab: &RotaryTables,
+) -> Vec<f32> {
+    let mut out = x.to_vec();
+    out.par_chunks_mut(ROTARY_ROWS * dim)
+        .enumerate()
+        .for_each(|(c, rows)| rotate_rows(rows, c * ROTARY_ROWS, dim, affine, tab));
+    out
+}
+
+#[derive(Debug)]
+struct RotBackward;
+
+impl<const P: usize> Backward<Flex, P> for RotBackward {
+    type State = RotSaved;
+
+    fn backward(self, ops: Ops<Self::State, P>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let saved = ops.state;
+        let grad = contiguous(&grads.consume::<Flex>(&ops.node));
+        let (x, g) = (slice(&saved.input), slice(&grad));
+        let shape = dims(&saved.input);
+        let dim = *shape.last().expect("rank ≥ 1");
+        let half = dim / 2;
+        let tab = &saved.tables;
+        let gamma = saved.gamma.as_deref();
+        // dY = Rᵀ dOut (the inverse rotation); dX = γ ⊙ dY; dγ = Σ X ⊙ dY; dβ = Σ dY.
+        let mut dx = vec![0f32; x.len()];
+        let (dgamma, dbeta) = dx
+            .par_chunks_mut(ROTARY_ROWS * dim)
+            .zip(x.par_chunks(ROTARY_ROWS * dim))
+            .zip(g.par_chunks(ROTARY_ROWS * dim))
+            .enumerate()
+            .map(|(c, ((dx, x), g))| {
+                let (mut dgam, mut dbet) = (vec![0f32; dim], vec![0f32; dim]);
+                for (r, ((dx, x), g)) in dx
+                    .chunks_mut(dim)
+                    .zip(x.chunks(dim))
+                    .zip(g.chunks(dim))
+                    .enumerate()
+                {
+                    let p = (c * ROTARY_ROWS + r) % tab.len;
+                    let (cos, sin) = (
+                        &tab.cos[p * half..(p + 1) * half],
+                        &tab.sin[p * half..(p + 1) * half],
+                    );
+                    for i in 0..half {
+                        let (d1, d2) = (g[i], g[half + i]);
+                        dx[i] = d1 * cos[i] + d2 * sin[i];
+                        dx[half + i] = d2 * cos[i] - d1 * sin[i];
+                    }
+                    if let Some(gamma) = gamma {
+                        for i in 0..dim {
+                            dgam[i] += x[i] * dx[i];
+                            dbet[i] += dx[i];
+                            dx[i] *= gamma[i];
+                        }
+                    }
+                }
+                (dgam, dbet)
+            })
+            .reduce(
+                || (vec![0f32; dim], vec![0f32; dim]),
+                |(mut a, mut b), (c, d)| {
+                    a.iter_mut().zip(&c).for_each(|(a, c)| *a += c);
+                    b.iter_mut().zip(&d).for_each(|(b, d)| *b += d);
+                    (a, b)
+                },
+            );
+        let results = [Some(dx), Some(dgamma), Some(dbeta)];
+        let shapes = [shape, vec![dim], vec![dim]];
+        for ((parent, data), shape) in ops.parents.iter().zip(results).zip(shapes) {
+            if let (Some(node), Some(data)) = (parent, data) {
+                grads.register::<Flex>(node.id, flex_from(data, shape));
+            }
+        }
+    }
+}
+
+fn host_vec(t: &Tensor<1>) -> Vec<f32> {
+    t.clone()
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .expect("f32 data")
+}
+
+/// Rotary position embedding (FLASH's convention: the two halves of each vector rotate) of
+/// `γ ⊙ x + β`, or of `x` without `affine`, fused, or `None` off `flex`.
+///
+/// x: [.., T, dim] with T = `tables.len`; γ, β: [dim] → [.., T, dim].
+pub fn rotary<const D: usize>(
+    x: &Tensor<D>,
+    affine: Option<(&Tensor<1>, &Tensor<1>)>,
+    tables: &RotaryTables,
+) -> Option<Tensor<D>> {
+    let dims_x = x.dims();
+    assert_eq!(
+        dims_x[D - 2],
+        tables.len,
+        "RoPE tables cover {} positions, input has {}",
+        tables.len,
+        dims_x[D - 2]
+    );
+    let route = route(&x.device());
+    if route == Route::Reference {
+        return None;
+    }
+    let host = affine.map(|(g, b)| (host_vec(g), host_vec(b)));
+    let host_ref = host.as_ref().map(|(g, b)| (g.as_slice(), b.as_slice()));
+    let dim = dims_x[D - 1];
+    match route {
+        Route::Plain => {
+            let p = contiguous(&x.clone().try_into_primitive::<Flex>().ok()?);
+            let out = rotate_forward(slice(&p), dim, host_ref, tables);
+            Some(Tensor::from_primitive::<Flex>(flex_from(out, dims(&p))))
+        }
+        Route::Autodiff => {
+            let t = x.clone().try_into_primitive::<Ad>().ok()?;
+            let input = contiguous(t.primitive());
+            let output = flex_from(
+                rotate_forward(slice(&input), dim, host_ref, tables),
+                dims(&input),
+            );
+            let gamma = host.map(|(g, _)| Arc::new(g));
+            let saved = RotSaved {
+                input,
+                gamma,
+                tables: tables.clone(),
+            };
+            let out = match affine {
+                Some((g, b)) => {
+                    let g = g.clone().try_into_primitive::<Ad>().ok()?;
+                    let b = b.clone().try_into_primitive::<Ad>().ok()?;
+                    match RotBackward
+                        .prepare::<NoCheckpointing>([t.node(), g.node(), b.node()])
+                        .compute_bound()
+                        .stateful()
+                    {
+                        OpsKind::Tracked(prep) => prep.finish(saved, output),
+                        OpsKind::UnTracked(prep) => prep.finish(output),
+                    }
+                }
+                None => match RotBackward
+                    .prepare::<NoCheckpointing>([t.node()])
+                    .compute_bound()
+                    .stateful()
+                {
+                    OpsKind::Tracked(prep) => prep.finish(saved, output),
+                    OpsKind::UnTracked(prep) => prep.finish(output),
+                },
+            };
+            Some(Tensor::from_primitive::<Ad>(out))
+        }
+        Route::Reference => None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Elementwise activations.
 
 /// An activation computed in one pass forward and one backward.
@@ -1076,17 +1299,28 @@ impl Activation {
 /// Elements per parallel task of the elementwise kernels.
 const ELEMENTWISE_CHUNK: usize = 1 << 14;
 
-fn map_elements(x: &[f32], f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
+/// `act(x + bias)` elementwise, the bias broadcast along the last dimension (width `dim`).
+fn act_forward(x: &[f32], bias: Option<&[f32]>, dim: usize, act: Activation) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
-    out.par_chunks_mut(ELEMENTWISE_CHUNK)
-        .zip(x.par_chunks(ELEMENTWISE_CHUNK))
-        .for_each(|(o, x)| o.iter_mut().zip(x).for_each(|(o, &x)| *o = f(x)));
+    // Whole rows per task, so that each task's rows line up with the bias.
+    let chunk = ELEMENTWISE_CHUNK.div_ceil(dim) * dim;
+    out.par_chunks_mut(chunk)
+        .zip(x.par_chunks(chunk))
+        .for_each(|(o, x)| match bias {
+            Some(b) => o.chunks_mut(dim).zip(x.chunks(dim)).for_each(|(o, x)| {
+                for ((o, &x), &b) in o.iter_mut().zip(x).zip(b) {
+                    *o = act.value(x + b);
+                }
+            }),
+            None => o.iter_mut().zip(x).for_each(|(o, &x)| *o = act.value(x)),
+        });
     out
 }
 
 #[derive(Clone)]
 struct ActSaved {
     input: FlexTensor,
+    bias: Option<Arc<Vec<f32>>>,
     act: Activation,
 }
 
@@ -1099,55 +1333,137 @@ impl fmt::Debug for ActSaved {
 #[derive(Debug)]
 struct ActBackward;
 
-impl Backward<Flex, 1> for ActBackward {
+impl<const P: usize> Backward<Flex, P> for ActBackward {
     type State = ActSaved;
 
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+    fn backward(self, ops: Ops<Self::State, P>, grads: &mut Gradients, _: &mut Checkpointer) {
         let saved = ops.state;
         let grad = contiguous(&grads.consume::<Flex>(&ops.node));
-        let Some(node) = &ops.parents[0] else {
-            return;
-        };
+        let shape = dims(&saved.input);
+        let dim = *shape.last().expect("rank ≥ 1");
         let (x, g) = (slice(&saved.input), slice(&grad));
-        let act = saved.act;
-        let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(ELEMENTWISE_CHUNK)
-            .zip(x.par_chunks(ELEMENTWISE_CHUNK))
-            .zip(g.par_chunks(ELEMENTWISE_CHUNK))
-            .for_each(|((o, x), g)| {
-                for ((o, &x), &g) in o.iter_mut().zip(x).zip(g) {
-                    *o = g * act.derivative(x);
+        let (act, bias) = (saved.act, saved.bias.as_deref());
+        let chunk = ELEMENTWISE_CHUNK.div_ceil(dim) * dim;
+        let mut dx = vec![0f32; x.len()];
+        // dpre = g · act'(x + b); dx = dpre; dbias = Σ over rows of dpre.
+        let dbias = dx
+            .par_chunks_mut(chunk)
+            .zip(x.par_chunks(chunk))
+            .zip(g.par_chunks(chunk))
+            .map(|((o, x), g)| {
+                let mut db = vec![0f32; if bias.is_some() { dim } else { 0 }];
+                for ((o, x), g) in o.chunks_mut(dim).zip(x.chunks(dim)).zip(g.chunks(dim)) {
+                    match bias {
+                        Some(b) => {
+                            for (i, ((o, &x), &g)) in o.iter_mut().zip(x).zip(g).enumerate() {
+                                *o = g * act.derivative(x + b[i]);
+                                db[i] += *o;
+                            }
+                        }
+                        None => {
+                            for ((o, &x), &g) in o.iter_mut().zip(x).zip(g) {
+                                *o = g * act.derivative(x);
+                            }
+                        }
+                    }
                 }
+                db
+            })
+            .reduce(Vec::new, |mut a, b| {
+                if a.is_empty() {
+                    return b;
+                }
+                a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+                a
             });
-        grads.register::<Flex>(node.id, flex_from(out, dims(&saved.input)));
+        let results = [Some(dx), bias.map(|_| dbias)];
+        let shapes = [shape, vec![dim]];
+        for ((parent, data), shape) in ops.parents.iter().zip(results).zip(shapes) {
+            if let (Some(node), Some(data)) = (parent, data) {
+                grads.register::<Flex>(node.id, flex_from(data, shape));
+            }
+        }
     }
 }
 
 /// `act(x)` elementwise, fused on `flex` (one pass forward, one backward), burn's own elsewhere.
 pub fn activation<const D: usize>(x: Tensor<D>, act: Activation) -> Tensor<D> {
+    bias_activation(x, None, act)
+}
+
+/// `act(x + bias)` with the bias ([d]) broadcast along the last dimension: one pass each way on
+/// `flex` (the bias add of a linear layer folded into its activation), burn's own elsewhere.
+pub fn bias_activation<const D: usize>(
+    x: Tensor<D>,
+    bias: Option<Tensor<1>>,
+    act: Activation,
+) -> Tensor<D> {
+    let reference = |x: Tensor<D>, bias: Option<Tensor<1>>| {
+        let x = match bias {
+            Some(b) => {
+                let mut shape = [1usize; D];
+                shape[D - 1] = b.dims()[0];
+                x + b.reshape(shape)
+            }
+            None => x,
+        };
+        act.reference(x)
+    };
+    let dim = x.dims()[D - 1];
+    if let Some(b) = &bias {
+        assert_eq!(b.dims()[0], dim, "activation bias width");
+    }
     match route(&x.device()) {
-        Route::Reference => act.reference(x),
+        Route::Reference => reference(x, bias),
         Route::Plain => {
             let Ok(p) = x.clone().try_into_primitive::<Flex>() else {
-                return act.reference(x);
+                return reference(x, bias);
             };
             let p = contiguous(&p);
-            let out = map_elements(slice(&p), |v| act.value(v));
+            let host = bias.as_ref().map(host_vec);
+            let out = act_forward(slice(&p), host.as_deref(), dim, act);
             Tensor::from_primitive::<Flex>(flex_from(out, dims(&p)))
         }
         Route::Autodiff => {
-            let Ok(t) = x.clone().try_into_primitive::<Ad>() else {
-                return act.reference(x);
+            let t = x.clone().try_into_primitive::<Ad>();
+            let b = bias.clone().map(|b| b.try_into_primitive::<Ad>());
+            let (Ok(t), Some(Ok(_)) | None) = (t, &b) else {
+                return reference(x, bias);
             };
             let input = contiguous(t.primitive());
-            let output = flex_from(map_elements(slice(&input), |v| act.value(v)), dims(&input));
-            let out = match ActBackward
-                .prepare::<NoCheckpointing>([t.node()])
-                .compute_bound()
-                .stateful()
-            {
-                OpsKind::Tracked(prep) => prep.finish(ActSaved { input, act }, output),
-                OpsKind::UnTracked(prep) => prep.finish(output),
+            let host = bias.as_ref().map(|b| Arc::new(host_vec(b)));
+            let output = flex_from(
+                act_forward(
+                    slice(&input),
+                    host.as_deref().map(|v| v.as_slice()),
+                    dim,
+                    act,
+                ),
+                dims(&input),
+            );
+            let saved = ActSaved {
+                input,
+                bias: host,
+                act,
+            };
+            let out = match b {
+                Some(Ok(b)) => match ActBackward
+                    .prepare::<NoCheckpointing>([t.node(), b.node()])
+                    .compute_bound()
+                    .stateful()
+                {
+                    OpsKind::Tracked(prep) => prep.finish(saved, output),
+                    OpsKind::UnTracked(prep) => prep.finish(output),
+                },
+                Some(Err(_)) => unreachable!("checked above"),
+                None => match ActBackward
+                    .prepare::<NoCheckpointing>([t.node()])
+                    .compute_bound()
+                    .stateful()
+                {
+                    OpsKind::Tracked(prep) => prep.finish(saved, output),
+                    OpsKind::UnTracked(prep) => prep.finish(output),
+                },
             };
             Tensor::from_primitive::<Ad>(out)
         }

@@ -13,10 +13,10 @@ use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
 use crate::attention::{ChunkParts, mixed_chunk_attention, relu2_attention};
-use crate::fused::{Activation, activation};
+use crate::fused::Activation;
 use crate::layers::{
     Direction, Norm, NormKind, RelPosBias, Relu2Scaling, Rope, ScaleOffset, add_to, append,
-    linear_columns, normal_init, relu2,
+    linear_columns_activated, normal_init, relu2,
 };
 
 /// How a GAU layer spans the sequence.
@@ -159,10 +159,7 @@ impl Gau {
     ) -> (Tensor<3>, Tensor<3>, Vec<Tensor<3>>) {
         let h = self.norm.forward(x);
         let part = |start, len| {
-            activation(
-                linear_columns(&self.proj, h.clone(), start, len),
-                Activation::Silu,
-            )
+            linear_columns_activated(&self.proj, h.clone(), (start, len), Activation::Silu)
         };
         let u = part(0, self.d_e);
         let mut v = part(self.d_e, self.d_e);
@@ -171,12 +168,7 @@ impl Gau {
             // Zero values at padded positions: that removes them from every attention part.
             v = v * keep.clone();
         }
-        let heads = self
-            .heads
-            .forward(z)
-            .into_iter()
-            .map(|x| rope.apply(x))
-            .collect();
+        let heads = self.heads.forward_rotated(z, rope);
         (u, v, heads)
     }
 

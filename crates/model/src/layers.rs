@@ -5,6 +5,9 @@
 use burn::module::Param;
 use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear};
 use burn::prelude::*;
+use std::sync::Arc;
+
+use crate::fused::{self, Activation, RotaryTables};
 
 /// Standard deviation of the truncated-normal-like initialiser of the FLASH code (`WEIGHT_INITIALIZER`).
 pub const INIT_STD: f64 = 0.02;
@@ -106,6 +109,8 @@ pub struct Rope {
     cos: Tensor<2>,
     /// [T, dim/2]
     sin: Tensor<2>,
+    /// The same tables on the host, for the fused kernel.
+    host: RotaryTables,
 }
 
 impl Rope {
@@ -123,9 +128,14 @@ impl Rope {
                 sin.push(angle.sin() as f32);
             }
         }
+        let host = RotaryTables {
+            cos: Arc::new(cos.clone()),
+            sin: Arc::new(sin.clone()),
+            len,
+        };
         let cos = Tensor::from_data(TensorData::new(cos, [len, half]), device);
         let sin = Tensor::from_data(TensorData::new(sin, [len, half]), device);
-        Self { cos, sin }
+        Self { cos, sin, host }
     }
 
     /// Number of positions covered.
@@ -140,6 +150,25 @@ impl Rope {
 
     /// Rotates `x`: [.., T, dim] with T equal to the table's length.
     pub fn apply<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        fused::rotary(&x, None, &self.host).unwrap_or_else(|| self.apply_reference(x))
+    }
+
+    /// Rotates `γ ⊙ x + β` (GAU's per-head scale and offset, then RoPE); γ, β: [dim].
+    pub fn apply_scaled<const D: usize>(
+        &self,
+        x: Tensor<D>,
+        gamma: Tensor<1>,
+        beta: Tensor<1>,
+    ) -> Tensor<D> {
+        fused::rotary(&x, Some((&gamma, &beta)), &self.host).unwrap_or_else(|| {
+            let mut shape = [1usize; D];
+            shape[D - 1] = gamma.dims()[0];
+            self.apply_reference(x * gamma.reshape(shape) + beta.reshape(shape))
+        })
+    }
+
+    /// [`Rope::apply`] as plain burn operations (the reference of the fused kernel).
+    pub fn apply_reference<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let dims = x.dims();
         let (t, dim) = (dims[D - 2], dims[D - 1]);
         let half = dim / 2;
@@ -318,6 +347,21 @@ pub fn linear_columns(linear: &Linear, x: Tensor<3>, start: usize, len: usize) -
     y.reshape([b, t, len])
 }
 
+/// `act(x W[:, cols] + b[cols])`: [`linear_columns`] followed by an activation, the bias folded
+/// into the activation's single pass ([`fused::bias_activation`]).
+pub fn linear_columns_activated(
+    linear: &Linear,
+    x: Tensor<3>,
+    (start, len): (usize, usize),
+    act: Activation,
+) -> Tensor<3> {
+    let [b, t, d] = x.dims();
+    let w = linear.weight.val().narrow(1, start, len); // [d_in, len]
+    let y = x.reshape([b * t, d]).matmul(w).reshape([b, t, len]);
+    let bias = linear.bias.as_ref().map(|b| b.val().narrow(0, start, len));
+    fused::bias_activation(y, bias, act)
+}
+
 /// Per-dimension scale and offset producing `heads` cheap heads from one shared representation Z
 /// (FLASH §2: `Q = γ_q ⊙ Z + β_q`, `K = γ_k ⊙ Z + β_k`).
 #[derive(Module, Debug)]
@@ -348,6 +392,17 @@ impl ScaleOffset {
                 let b = beta.clone().narrow(0, h, 1).reshape([1, 1, s]);
                 z.clone() * g + b
             })
+            .collect()
+    }
+}
+
+impl ScaleOffset {
+    /// `rope(γ_h ⊙ z + β_h)` for every head h: `z`: [B, T, s] → one [B, T, s] tensor per head.
+    pub fn forward_rotated(&self, z: Tensor<3>, rope: &Rope) -> Vec<Tensor<3>> {
+        let [heads, s] = self.gamma.dims();
+        let row = |p: &Param<Tensor<2>>, h| p.val().narrow(0, h, 1).reshape([s]);
+        (0..heads)
+            .map(|h| rope.apply_scaled(z.clone(), row(&self.gamma, h), row(&self.beta, h)))
             .collect()
     }
 }

@@ -18,10 +18,10 @@ use crate::attention::{
     ChunkParts, combiner_attention, favor_attention, favor_exponent, favor_features,
     favor_query_features, favor_ratio, mixed_chunk_attention, softmax_attention,
 };
-use crate::fused::{Activation, activation};
+use crate::fused::Activation;
 use crate::layers::{
-    Direction, Norm, NormKind, Relu2Scaling, Rope, add_to, append, linear_columns, normal_init,
-    relu2,
+    Direction, Norm, NormKind, Relu2Scaling, Rope, add_to, append, linear_columns,
+    linear_columns_activated, normal_init, relu2,
 };
 
 /// Block size of the blockwise prefix sums of causal FAVOR+ (an implementation detail: any value
@@ -281,11 +281,18 @@ impl TransformerBlock {
     fn feed_forward(&self, x: Tensor<3>) -> Tensor<3> {
         let h = self.norm2.forward(x.clone());
         let h = match self.feed_forward {
-            FeedForwardKind::Mlp => activation(self.ffn_in.forward(h), Activation::Gelu),
+            FeedForwardKind::Mlp => {
+                linear_columns_activated(&self.ffn_in, h, (0, self.d_ff), Activation::Gelu)
+            }
             FeedForwardKind::Glu => {
-                let a = linear_columns(&self.ffn_in, h.clone(), 0, self.d_ff);
+                let a = linear_columns_activated(
+                    &self.ffn_in,
+                    h.clone(),
+                    (0, self.d_ff),
+                    Activation::Gelu,
+                );
                 let gate = linear_columns(&self.ffn_in, h, self.d_ff, self.d_ff);
-                activation(a, Activation::Gelu) * gate
+                a * gate
             }
         };
         x + self.ffn_out.forward(h)

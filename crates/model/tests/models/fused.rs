@@ -7,7 +7,10 @@ use model::attention::{
     global_chunk_attention, global_chunk_attention_reference, local_chunk_attention,
     relu2_attention_reference, softmax_attention_reference,
 };
-use model::fused::{self, Activation, AttentionSpec, ROW_BLOCK, ScoreFn, activation, fast_exp};
+use model::fused::{
+    self, Activation, AttentionSpec, ROW_BLOCK, ScoreFn, activation, bias_activation, fast_exp,
+};
+use model::layers::Rope;
 use model::lm::cross_entropy_rows_reference;
 use model::{Direction, cross_entropy};
 
@@ -308,5 +311,79 @@ fn fused_activations_match_burn_values_and_gradients() {
             2e-6,
             &format!("{what} gradient"),
         );
+    }
+}
+
+#[test]
+fn fused_rotary_matches_reference_values_and_gradients() {
+    let dev = autodiff_device();
+    let (b, h, t, dim) = (2, 3, 300, 16); // more rows than one parallel task
+    let rope = Rope::new(dim, 5, t, &dev);
+    let x = randn([b, h, t, dim], 1, &dev).require_grad();
+    let gamma = randn([dim], 2, &dev).require_grad();
+    let beta = randn([dim], 3, &dev).require_grad();
+    let w = randn([b, h, t, dim], 4, &dev);
+    let plain = rope.apply(x.clone());
+    let plain_ref = rope.apply_reference(x.clone());
+    assert_close(
+        &values(plain.clone()),
+        &values(plain_ref.clone()),
+        1e-6,
+        "rope",
+    );
+    let gx = |out: Tensor<4>| values(x.grad(&(out * w.clone()).sum().backward()).unwrap());
+    assert_close(&gx(plain), &gx(plain_ref), 1e-6, "rope gradient");
+
+    let scaled = rope.apply_scaled(x.clone(), gamma.clone(), beta.clone());
+    let scaled_ref = rope.apply_reference(
+        x.clone() * gamma.clone().reshape([1, 1, 1, dim]) + beta.clone().reshape([1, 1, 1, dim]),
+    );
+    assert_close(
+        &values(scaled.clone()),
+        &values(scaled_ref.clone()),
+        1e-6,
+        "scaled rope",
+    );
+    let grads = |out: Tensor<4>| {
+        let g = (out * w.clone()).sum().backward();
+        (
+            values(x.grad(&g).unwrap()),
+            values(gamma.grad(&g).unwrap()),
+            values(beta.grad(&g).unwrap()),
+        )
+    };
+    let (a, b2) = (grads(scaled), grads(scaled_ref));
+    assert_close(&a.0, &b2.0, 1e-6, "dx");
+    assert_close(&a.1, &b2.1, 1e-5, "dgamma");
+    assert_close(&a.2, &b2.2, 1e-5, "dbeta");
+}
+
+#[test]
+fn fused_bias_activation_matches_reference_values_and_gradients() {
+    let dev = autodiff_device();
+    // Rows of 7 do not divide the kernel's task size: tasks must still cut at row boundaries.
+    let x = randn([5, 3001, 7], 1, &dev).mul_scalar(3.0).require_grad();
+    let bias = randn([7], 2, &dev).require_grad();
+    let w = randn([5, 3001, 7], 3, &dev);
+    for act in [Activation::Silu, Activation::Gelu] {
+        let fused_out = bias_activation(x.clone(), Some(bias.clone()), act);
+        let ref_out = act.reference(x.clone() + bias.clone().reshape([1, 1, 7]));
+        let what = format!("{act:?} with bias");
+        assert_close(
+            &values(fused_out.clone()),
+            &values(ref_out.clone()),
+            1e-6,
+            &what,
+        );
+        let g = |out: Tensor<3>| {
+            let gr = (out * w.clone()).sum().backward();
+            (
+                values(x.grad(&gr).unwrap()),
+                values(bias.grad(&gr).unwrap()),
+            )
+        };
+        let (a, b) = (g(fused_out), g(ref_out));
+        assert_close(&a.0, &b.0, 2e-6, &format!("{what}: dx"));
+        assert_close(&a.1, &b.1, 1e-5, &format!("{what}: dbias"));
     }
 }
