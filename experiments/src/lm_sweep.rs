@@ -1,6 +1,7 @@
 //! Quality vs training cost (the FLASH paper's Figures 5–6 and Tables 3, 12, 13): every model at
 //! every context length trained on the same data for the same steps, perplexity against
-//! device-hours, and the speedup to reach the baseline's final perplexity.
+//! device-hours, and the speedup to reach the baseline's final perplexity. One library for the
+//! three experiments; each binary only picks its configs.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -12,7 +13,7 @@ use data::tokenize::{self, TokenizerSpec};
 use model::{Architecture, Direction, ModelConfig};
 use report::{LineChart, Scale, Series, speedup_to_baseline};
 use serde::{Deserialize, Serialize};
-use training::lm_task::CausalLmTask;
+use training::lm_task::{CausalLmTask, LmData, MaskedLmTask};
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
 use training::trainer::{RunOptions, TrainConfig, stop_on_ctrl_c, train};
@@ -20,12 +21,34 @@ use training::write_atomic;
 
 use crate::Cli;
 
+/// The training objective of a sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Objective {
+    /// Next-token prediction with causal models (Wiki-40B, PG-19: Figure 6, Table 3).
+    Causal,
+    /// BERT-style masked-token prediction with bidirectional models (C4: Figure 5); perplexity over
+    /// the masked tokens only.
+    Masked,
+}
+
+impl Objective {
+    fn direction(self) -> Direction {
+        match self {
+            Objective::Causal => Direction::Causal,
+            Objective::Masked => Direction::Bidirectional,
+        }
+    }
+}
+
 /// One sweep, one file per scale under `experiments/configs/<id>/`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LmSweepConfig {
     /// What the run reproduces and what the paper reports.
     pub description: String,
+    /// Causal or masked language modelling.
+    pub objective: Objective,
     /// Dataset name (`datasets list`).
     pub dataset: String,
     /// A directory holding the dataset's files in the hub repo's layout (as `datasets --data-dir`);
@@ -56,7 +79,8 @@ pub struct LmSweepConfig {
     pub clip_norm: f32,
     /// Evaluate every this many steps.
     pub eval_every: usize,
-    /// Held-out windows (of `context + 1` tokens) from the validation split.
+    /// Held-out windows (of `context + 1` tokens, or `context` for the masked objective) from the
+    /// validation split.
     pub eval_windows: usize,
     /// Checkpoint every this many steps (0 = at the end and on Ctrl-C).
     pub checkpoint_every: usize,
@@ -139,17 +163,8 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             let model_config = ModelConfig::preset(&config.preset, *arch, context)
                 .map_err(|e| anyhow!(e))?
                 .with_vocab_size(tok.vocab_size());
-            let mut task = CausalLmTask::new(
-                spec,
-                train_files.clone(),
-                eval_files.clone(),
-                tok,
-                batch,
-                context,
-                config.eval_windows,
-            )?;
             device.seed(config.seed);
-            let model = model_config.init(Direction::Causal, &device);
+            let model = model_config.init(config.objective.direction(), &device);
             let train_config = TrainConfig {
                 steps: config.steps,
                 optimizer: config.optimizer,
@@ -176,7 +191,23 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                 &run_dir,
                 &serde_json::json!({"model": model_config, "train": train_config, "batch": batch}),
             )?;
-            let outcome = train(&train_config, model, &mut task, &device, &run_dir, &opts)?;
+            let data = LmData {
+                spec,
+                train_files: train_files.clone(),
+                eval_files: eval_files.clone(),
+                tok,
+            };
+            let (windows, seed) = (config.eval_windows, config.seed);
+            let outcome = match config.objective {
+                Objective::Causal => {
+                    let mut task = CausalLmTask::new(data, batch, context, windows)?;
+                    train(&train_config, model, &mut task, &device, &run_dir, &opts)?
+                }
+                Objective::Masked => {
+                    let mut task = MaskedLmTask::new(data, batch, context, windows, seed)?;
+                    train(&train_config, model, &mut task, &device, &run_dir, &opts)?
+                }
+            };
             rows.extend(outcome.rows.iter().map(|r| SweepRow {
                 model: name.clone(),
                 context,

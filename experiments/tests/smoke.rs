@@ -117,3 +117,55 @@ fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
     assert!(out.join("table.md").is_file());
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+/// fig5 (masked LM) and table3 (Transformer+ baseline) at smoke scale: every file, one row per
+/// evaluation, the baseline's speedup to itself 1.00×, and a masked-LM perplexity that is finite.
+#[test]
+fn fig5_and_table3_smoke_write_every_file() {
+    use experiments::lm_sweep;
+    for (id, config, baseline, models) in [
+        (
+            "fig5",
+            include_str!("../configs/fig5/smoke.toml"),
+            "transformer_plusplus",
+            6,
+        ),
+        (
+            "table3",
+            include_str!("../configs/table3/smoke.toml"),
+            "transformer_plus",
+            4,
+        ),
+    ] {
+        let out = std::env::temp_dir().join(format!("{id}-smoke-{}", std::process::id()));
+        let corpus = out.join("corpus");
+        tiny_corpus(&corpus);
+        let data_dir = format!("data_dir=\"{}\"", corpus.display());
+        lm_sweep::run(cli(id, &out, &["--set", data_dir.as_str()]), &|_| config).unwrap();
+        let csv = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 1 + models * 2 * 2, "{id}: {csv}");
+        for file in [
+            "table.md",
+            "ppl_vs_hours_16.png",
+            "ppl_vs_hours_32.svg",
+            "config.json",
+        ] {
+            assert!(out.join(file).is_file(), "{id}: {file} missing");
+        }
+        let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+        assert!(
+            table.contains(&format!("| {baseline} | 16 | 4 |")) && table.contains("1.00×"),
+            "{id}: {table}"
+        );
+        let ppl: Vec<f64> = csv
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(8).unwrap().parse().unwrap())
+            .collect();
+        assert!(
+            ppl.iter().all(|p| p.is_finite() && *p > 1.0),
+            "{id}: {ppl:?}"
+        );
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+}

@@ -1142,8 +1142,12 @@ impl<const P: usize> Backward<Flex, P> for RotBackward {
                 }
                 (dgam, dbet)
             })
-            .reduce(
-                || (vec![0f32; dim], vec![0f32; dim]),
+            // Collected in order and summed serially: the same sums in the same order every run
+            // (rayon's reduce tree depends on work stealing), so training is reproducible.
+            .collect::<Vec<_>>()
+            .into_iter()
+            .fold(
+                (vec![0f32; dim], vec![0f32; dim]),
                 |(mut a, mut b), (c, d)| {
                     a.iter_mut().zip(&c).for_each(|(a, c)| *a += c);
                     b.iter_mut().zip(&d).for_each(|(b, d)| *b += d);
@@ -1369,7 +1373,10 @@ impl<const P: usize> Backward<Flex, P> for ActBackward {
                 }
                 db
             })
-            .reduce(Vec::new, |mut a, b| {
+            // In order, serially: reproducible sums (see the rotary backward).
+            .collect::<Vec<_>>()
+            .into_iter()
+            .fold(Vec::new(), |mut a, b| {
                 if a.is_empty() {
                     return b;
                 }

@@ -1,0 +1,19 @@
+//! Figure 5 (b–f) / Table 12 of the FLASH paper: masked LM on C4 (offline: the Gutenberg Shakespeare
+//! corpus), held-out perplexity over masked tokens vs training device-hours for each model and
+//! context, and the speedup to reach Transformer++'s final perplexity. Panel (a), latency vs
+//! context, is `table11`.
+//! `just repro fig5 [--profile smoke|cpu|paper]`; configs in `experiments/configs/fig5/`.
+
+use experiments::Profile;
+
+fn builtin(profile: Profile) -> &'static str {
+    match profile {
+        Profile::Smoke => include_str!("../../configs/fig5/smoke.toml"),
+        Profile::Cpu => include_str!("../../configs/fig5/cpu.toml"),
+        Profile::Paper => include_str!("../../configs/fig5/paper.toml"),
+    }
+}
+
+fn main() {
+    experiments::main_with("fig5", |cli| experiments::lm_sweep::run(cli, &builtin));
+}
