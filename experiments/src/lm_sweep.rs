@@ -58,6 +58,10 @@ pub struct LmSweepConfig {
     pub tokenizer: String,
     /// Architectures by name.
     pub models: Vec<String>,
+    /// Extra models: an architecture with some model-config fields changed (e.g. FLASH with chunk
+    /// 512), trained and drawn beside the others under their own name.
+    #[serde(default)]
+    pub variants: Vec<Variant>,
     /// The model whose final perplexity the others must reach (the paper: Transformer++, or
     /// Transformer+ for PG-19).
     pub baseline: String,
@@ -87,6 +91,54 @@ pub struct LmSweepConfig {
     pub seed: u64,
 }
 
+/// A named architecture variant: `set` overrides fields of the preset's [`ModelConfig`] (any of its
+/// fields, by name: `chunk_size`, `d_qk`, `expansion_factor`, `scaling`, ...).
+///
+/// ```toml
+/// [[variants]]
+/// name = "flash_c512"
+/// model = "flash"
+/// set = { chunk_size = 512 }
+/// ```
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    /// The name in `metrics.csv`, the charts and `table.md`.
+    pub name: String,
+    /// The architecture it starts from.
+    pub model: String,
+    /// Model-config fields to change.
+    pub set: toml::Table,
+}
+
+impl Variant {
+    /// The preset's config with `set` applied; an unknown field or a wrong type is an error that
+    /// names the variant.
+    fn apply(&self, base: ModelConfig) -> Result<ModelConfig> {
+        let mut json = serde_json::to_value(&base)?;
+        let fields = json
+            .as_object_mut()
+            .ok_or_else(|| anyhow!("model config is not a table"))?;
+        for (key, value) in &self.set {
+            if !fields.contains_key(key) {
+                let mut known: Vec<&String> = fields.keys().collect();
+                known.sort();
+                bail!(
+                    "variant `{}`: `{key}` is not a model-config field; known fields: {known:?}",
+                    self.name
+                );
+            }
+            fields.insert(key.clone(), serde_json::to_value(value)?);
+        }
+        serde_json::from_value(json).with_context(|| {
+            format!(
+                "variant `{}`: a value in `set` has the wrong type",
+                self.name
+            )
+        })
+    }
+}
+
 /// One row of the sweep's `metrics.csv`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SweepRow {
@@ -109,16 +161,24 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     }
     let config: LmSweepConfig = cli.load_config(builtin)?;
     let spec = registry::lookup(&config.dataset)?;
-    let models: Vec<Architecture> = config
+    let parse = |m: &String| -> Result<Architecture> { m.parse().map_err(|e: String| anyhow!(e)) };
+    // (name, architecture, variant): the plain models, then the variants.
+    let mut models: Vec<(String, Architecture, Option<&Variant>)> = config
         .models
         .iter()
-        .map(|m| m.parse().map_err(|e: String| anyhow!(e)))
+        .map(|m| Ok((m.clone(), parse(m)?, None)))
         .collect::<Result<_>>()?;
-    if !config.models.contains(&config.baseline) {
+    for v in &config.variants {
+        if models.iter().any(|(name, ..)| name == &v.name) {
+            bail!("variant name `{}` is already a model of the sweep", v.name);
+        }
+        models.push((v.name.clone(), parse(&v.model)?, Some(v)));
+    }
+    if !models.iter().any(|(name, ..)| name == &config.baseline) {
+        let names: Vec<&String> = models.iter().map(|(n, ..)| n).collect();
         bail!(
-            "baseline `{}` is not one of the models {:?}",
-            config.baseline,
-            config.models
+            "baseline `{}` is not one of the models {names:?}",
+            config.baseline
         );
     }
     let tokenizer: TokenizerSpec = config.tokenizer.parse()?;
@@ -157,12 +217,15 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     let stop = stop_on_ctrl_c();
     let mut rows: Vec<SweepRow> = Vec::new();
     for &context in &config.contexts {
-        for (arch, name) in models.iter().zip(&config.models) {
+        for (name, arch, variant) in &models {
             let batch = (config.tokens_per_batch / context).max(1);
             let tok = tok.clone();
-            let model_config = ModelConfig::preset(&config.preset, *arch, context)
+            let mut model_config = ModelConfig::preset(&config.preset, *arch, context)
                 .map_err(|e| anyhow!(e))?
                 .with_vocab_size(tok.vocab_size());
+            if let Some(v) = variant {
+                model_config = v.apply(model_config)?;
+            }
             device.seed(config.seed);
             let model = model_config.init(config.objective.direction(), &device);
             let train_config = TrainConfig {
