@@ -27,7 +27,7 @@ use std::sync::Arc;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::{Autodiff, BackendTypes, DispatchDevice, Flex, GradientCheckpointingStrategy};
 use burn::prelude::*;
@@ -86,6 +86,24 @@ fn route(device: &Device) -> Route {
             Route::Autodiff
         }
         _ => Route::Reference,
+    }
+}
+
+/// Records a fused op on the autodiff graph: `output` is its forward result, `state` what its
+/// backward needs (dropped when no input is tracked).
+fn record<Op: Backward<Flex, P>, const P: usize>(
+    op: Op,
+    nodes: [NodeGuard; P],
+    state: Op::State,
+    output: FlexTensor,
+) -> <Ad as BackendTypes>::FloatTensorPrimitive {
+    match op
+        .prepare::<NoCheckpointing>(nodes)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(state, output),
+        OpsKind::UnTracked(prep) => prep.finish(output),
     }
 }
 
@@ -657,21 +675,16 @@ fn attention_autodiff<const P: usize>(
     let shape = vec![inputs.n, inputs.t, inputs.dv];
     let out = Arc::new(out);
     let output = flex_from(out.as_ref().clone(), shape);
-    match AttnBackward
-        .prepare::<NoCheckpointing>(nodes)
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish(
-            AttnSaved {
-                inputs,
-                out,
-                lse: Arc::new(lse),
-            },
-            output,
-        ),
-        OpsKind::UnTracked(prep) => prep.finish(output),
-    }
+    record(
+        AttnBackward,
+        nodes,
+        AttnSaved {
+            inputs,
+            out,
+            lse: Arc::new(lse),
+        },
+        output,
+    )
 }
 
 /// `score(Q Kᵀ · scale + bias) V` fused (see the module doc), or `None` off `flex`.
@@ -1006,14 +1019,7 @@ pub fn chunk_linear_attention(
                 causal,
             );
             let output = flex_from(lin_forward(&x), vec![x.n, x.t, x.e]);
-            let out = match LinBackward
-                .prepare::<NoCheckpointing>([q.node(), k.node(), vv.node()])
-                .compute_bound()
-                .stateful()
-            {
-                OpsKind::Tracked(prep) => prep.finish(x, output),
-                OpsKind::UnTracked(prep) => prep.finish(output),
-            };
+            let out = record(LinBackward, [q.node(), k.node(), vv.node()], x, output);
             Some(Tensor::from_primitive::<Ad>(out))
         }
     }
@@ -1219,23 +1225,9 @@ pub fn rotary<const D: usize>(
                 Some((g, b)) => {
                     let g = g.clone().try_into_primitive::<Ad>().ok()?;
                     let b = b.clone().try_into_primitive::<Ad>().ok()?;
-                    match RotBackward
-                        .prepare::<NoCheckpointing>([t.node(), g.node(), b.node()])
-                        .compute_bound()
-                        .stateful()
-                    {
-                        OpsKind::Tracked(prep) => prep.finish(saved, output),
-                        OpsKind::UnTracked(prep) => prep.finish(output),
-                    }
+                    record(RotBackward, [t.node(), g.node(), b.node()], saved, output)
                 }
-                None => match RotBackward
-                    .prepare::<NoCheckpointing>([t.node()])
-                    .compute_bound()
-                    .stateful()
-                {
-                    OpsKind::Tracked(prep) => prep.finish(saved, output),
-                    OpsKind::UnTracked(prep) => prep.finish(output),
-                },
+                None => record(RotBackward, [t.node()], saved, output),
             };
             Some(Tensor::from_primitive::<Ad>(out))
         }
@@ -1454,23 +1446,9 @@ pub fn bias_activation<const D: usize>(
                 act,
             };
             let out = match b {
-                Some(Ok(b)) => match ActBackward
-                    .prepare::<NoCheckpointing>([t.node(), b.node()])
-                    .compute_bound()
-                    .stateful()
-                {
-                    OpsKind::Tracked(prep) => prep.finish(saved, output),
-                    OpsKind::UnTracked(prep) => prep.finish(output),
-                },
+                Some(Ok(b)) => record(ActBackward, [t.node(), b.node()], saved, output),
                 Some(Err(_)) => unreachable!("checked above"),
-                None => match ActBackward
-                    .prepare::<NoCheckpointing>([t.node()])
-                    .compute_bound()
-                    .stateful()
-                {
-                    OpsKind::Tracked(prep) => prep.finish(saved, output),
-                    OpsKind::UnTracked(prep) => prep.finish(output),
-                },
+                None => record(ActBackward, [t.node()], saved, output),
             };
             Tensor::from_primitive::<Ad>(out)
         }
@@ -1567,21 +1545,16 @@ pub fn cross_entropy_rows(logits: &Tensor<2>, targets: &Tensor<1, Int>) -> Optio
             let prim = contiguous(x.primitive());
             let (loss, lse) = ce_forward(slice(&prim), v, &targets);
             let output = flex_from(loss, vec![n]);
-            let out = match CeBackward
-                .prepare::<NoCheckpointing>([x.node()])
-                .compute_bound()
-                .stateful()
-            {
-                OpsKind::Tracked(prep) => prep.finish(
-                    CeSaved {
-                        logits: prim,
-                        lse: Arc::new(lse),
-                        targets: Arc::new(targets),
-                    },
-                    output,
-                ),
-                OpsKind::UnTracked(prep) => prep.finish(output),
-            };
+            let out = record(
+                CeBackward,
+                [x.node()],
+                CeSaved {
+                    logits: prim,
+                    lse: Arc::new(lse),
+                    targets: Arc::new(targets),
+                },
+                output,
+            );
             Some(Tensor::from_primitive::<Ad>(out))
         }
         Route::Reference => None,
