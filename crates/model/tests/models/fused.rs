@@ -14,7 +14,9 @@ use model::layers::Rope;
 use model::lm::cross_entropy_rows_reference;
 use model::{Direction, cross_entropy};
 
-use crate::common::{assert_close, autodiff_device, device, randn, values};
+use crate::common::{
+    assert_close, assert_grads_close, autodiff_device, backward_with, device, grad, randn, values,
+};
 
 fn reference(
     spec: AttentionSpec,
@@ -95,14 +97,9 @@ fn attention_matches_reference_outputs_and_gradients() {
             let bias = with_bias.then(|| randn([t, t], 4, &dev).mul_scalar(0.1).require_grad());
             let w = randn([n, t, dv], 5, &dev);
             let grads_of = |out: Tensor<3>| {
-                let grads = (out * w.clone()).sum().backward();
-                let mut g: Vec<Vec<f32>> = [&q, &k, &v]
-                    .iter()
-                    .map(|x| values(x.grad(&grads).expect("gradient")))
-                    .collect();
-                if let Some(b) = &bias {
-                    g.push(values(b.grad(&grads).expect("bias gradient")));
-                }
+                let gr = backward_with(out, &w);
+                let mut g: Vec<Vec<f32>> = [&q, &k, &v].iter().map(|x| grad(x, &gr)).collect();
+                g.extend(bias.iter().map(|b| grad(b, &gr)));
                 g
             };
             let g_fused = grads_of(
@@ -115,12 +112,7 @@ fn attention_matches_reference_outputs_and_gradients() {
                 v.clone(),
                 bias.clone(),
             ));
-            for (name, (a, b)) in ["dq", "dk", "dv", "dbias"]
-                .iter()
-                .zip(g_fused.iter().zip(&g_ref))
-            {
-                assert_close(a, b, 5e-5, &format!("{what}: {name}"));
-            }
+            assert_grads_close(&["dq", "dk", "dv", "dbias"], &g_fused, &g_ref, 5e-5, &what);
         }
     }
 }
@@ -193,17 +185,16 @@ fn local_chunk_attention_equals_full_relu2_attention_per_chunk() {
             &what,
         );
         let grads = |out: Tensor<4>| {
-            let gr = (out * w.clone()).sum().backward();
-            let mut v: Vec<Vec<f32>> = [&qq, &kq, &vg]
-                .iter()
-                .map(|x| values(x.grad(&gr).unwrap()))
-                .collect();
-            v.push(values(bias.grad(&gr).unwrap()));
-            v
+            let gr = backward_with(out, &w);
+            vec![
+                grad(&qq, &gr),
+                grad(&kq, &gr),
+                grad(&vg, &gr),
+                grad(&bias, &gr),
+            ]
         };
-        for (a, b) in grads(fused_out).iter().zip(&grads(ref_out)) {
-            assert_close(a, b, 5e-5, &format!("{what} gradients"));
-        }
+        let names = ["dq", "dk", "dv", "dbias"];
+        assert_grads_close(&names, &grads(fused_out), &grads(ref_out), 5e-5, &what);
     }
 }
 
@@ -225,7 +216,7 @@ fn fused_cross_entropy_matches_log_softmax_values_and_gradients() {
         "per-row loss",
     );
     let w = randn([n], 3, &dev);
-    let g = |rows: Tensor<1>| values(logits.grad(&(rows * w.clone()).sum().backward()).unwrap());
+    let g = |rows: Tensor<1>| grad(&logits, &backward_with(rows, &w));
     assert_close(&g(fused_rows), &g(ref_rows), 1e-5, "gradient");
     // The weighted mean of the public loss uses the fused rows.
     let loss = cross_entropy(logits.clone(), targets.clone(), Some(weights.clone()));
@@ -276,15 +267,11 @@ fn global_chunk_attention_matches_reference_outputs_and_gradients() {
                 &what,
             );
             let grads = |out: Tensor<4>| {
-                let gr = (out * w.clone()).sum().backward();
-                [&ql, &kl, &vg].map(|x| values(x.grad(&gr).unwrap()))
+                let gr = backward_with(out, &w);
+                [&ql, &kl, &vg].map(|x| grad(x, &gr))
             };
-            for (name, (a, b)) in ["dq", "dk", "dv"]
-                .iter()
-                .zip(grads(fused_out).iter().zip(&grads(ref_out)))
-            {
-                assert_close(a, b, 2e-5, &format!("{what}: {name}"));
-            }
+            let (a, b) = (grads(fused_out), grads(ref_out));
+            assert_grads_close(&["dq", "dk", "dv"], &a, &b, 2e-5, &what);
         }
     }
 }
@@ -304,7 +291,7 @@ fn fused_activations_match_burn_values_and_gradients() {
             1e-6,
             &what,
         );
-        let g = |out: Tensor<3>| values(x.grad(&(out * w.clone()).sum().backward()).unwrap());
+        let g = |out: Tensor<3>| grad(&x, &backward_with(out, &w));
         assert_close(
             &g(fused_out),
             &g(ref_out),
@@ -331,7 +318,7 @@ fn fused_rotary_matches_reference_values_and_gradients() {
         1e-6,
         "rope",
     );
-    let gx = |out: Tensor<4>| values(x.grad(&(out * w.clone()).sum().backward()).unwrap());
+    let gx = |out: Tensor<4>| grad(&x, &backward_with(out, &w));
     assert_close(&gx(plain), &gx(plain_ref), 1e-6, "rope gradient");
 
     let scaled = rope.apply_scaled(x.clone(), gamma.clone(), beta.clone());
@@ -345,17 +332,12 @@ fn fused_rotary_matches_reference_values_and_gradients() {
         "scaled rope",
     );
     let grads = |out: Tensor<4>| {
-        let g = (out * w.clone()).sum().backward();
-        (
-            values(x.grad(&g).unwrap()),
-            values(gamma.grad(&g).unwrap()),
-            values(beta.grad(&g).unwrap()),
-        )
+        let g = backward_with(out, &w);
+        vec![grad(&x, &g), grad(&gamma, &g), grad(&beta, &g)]
     };
-    let (a, b2) = (grads(scaled), grads(scaled_ref));
-    assert_close(&a.0, &b2.0, 1e-6, "dx");
-    assert_close(&a.1, &b2.1, 1e-5, "dgamma");
-    assert_close(&a.2, &b2.2, 1e-5, "dbeta");
+    let (a, b) = (grads(scaled), grads(scaled_ref));
+    assert_close(&a[0], &b[0], 1e-6, "dx");
+    assert_grads_close(&["dgamma", "dbeta"], &a[1..], &b[1..], 1e-5, "scaled rope");
 }
 
 #[test]
@@ -376,11 +358,8 @@ fn fused_bias_activation_matches_reference_values_and_gradients() {
             &what,
         );
         let g = |out: Tensor<3>| {
-            let gr = (out * w.clone()).sum().backward();
-            (
-                values(x.grad(&gr).unwrap()),
-                values(bias.grad(&gr).unwrap()),
-            )
+            let gr = backward_with(out, &w);
+            (grad(&x, &gr), grad(&bias, &gr))
         };
         let (a, b) = (g(fused_out), g(ref_out));
         assert_close(&a.0, &b.0, 2e-6, &format!("{what}: dx"));
