@@ -21,21 +21,35 @@ pub const MASKED_SCORE: f32 = -1.0e9;
 /// would otherwise give 0/0 (performer-pytorch uses the same 1e-6).
 pub const FAVOR_EPS: f64 = 1e-6;
 
-/// `num / (den + ε·exp(−q_shift − k_shift))`: the ε of [`FAVOR_EPS`] expressed in the shifted units
-/// of `num` and `den`, so the result does not depend on the stabilising shifts (and a causal query's
-/// output does not depend on a shift taken over future keys).
+/// Smallest value of that ε in shifted units. Trained weights push the stabilising shifts up to
+/// |ω|²/2 each (≈ 50 for dh = 64); then `ε·exp(−shift)` underflows, and a causal query whose visible
+/// keys are all far below the sequence's largest key divides 0 by 0, or by a denominator whose
+/// square (in the division's gradient) underflows: NaN (a Performer run hit it at step 16). The
+/// floor only acts on such rows, whose features have underflowed anyway; google-research's FAVOR+
+/// adds 1e-6 to every feature instead.
+pub const FAVOR_EPS_FLOOR: f64 = 1e-12;
+
+/// `ε·exp(−q_shift − k_shift)`, at least [`FAVOR_EPS_FLOOR`]: [`FAVOR_EPS`] in the shifted units
+/// of the numerator and denominator, so that the result does not depend on the stabilising shifts
+/// (and a causal query's output does not depend on a shift taken over future keys) while the floor
+/// is not reached.
+pub fn favor_eps<const D: usize>(q_shift: Tensor<D>, k_shift: Tensor<D>) -> Tensor<D> {
+    (q_shift + k_shift)
+        .neg()
+        .exp()
+        .mul_scalar(FAVOR_EPS)
+        .clamp_min(FAVOR_EPS_FLOOR)
+        .detach()
+}
+
+/// `num / (den + favor_eps(q_shift, k_shift))`.
 pub fn favor_ratio(
     num: Tensor<3>,
     den: Tensor<3>,
     q_shift: Tensor<3>,
     k_shift: Tensor<3>,
 ) -> Tensor<3> {
-    let eps = (q_shift + k_shift)
-        .neg()
-        .exp()
-        .mul_scalar(FAVOR_EPS)
-        .detach();
-    num / (den + eps)
+    num / (den + favor_eps(q_shift, k_shift))
 }
 
 /// Which parts of mixed chunk attention are kept (FLASH §3.2 and its LocalOnly / GlobalOnly ablations).
@@ -357,12 +371,7 @@ pub fn favor_attention(
             let num = local_num + fq.clone().matmul(kv);
             let den = local_den + fq.matmul(z);
             let q_shift = pad_time(q_shift, tp).reshape([n, g, chunk, 1]);
-            let out = num
-                / (den
-                    + (q_shift + shift.unsqueeze_dim::<4>(1))
-                        .neg()
-                        .exp()
-                        .mul_scalar(FAVOR_EPS));
+            let out = num / (den + favor_eps(q_shift, shift.unsqueeze_dim::<4>(1)));
             out.reshape([n, tp, dh]).narrow(1, 0, t)
         }
     }

@@ -1,5 +1,6 @@
 //! FAVOR+ is an unbiased estimate of softmax attention: its error falls as random features grow.
 
+use burn::prelude::*;
 use model::attention::{favor_attention, softmax_attention};
 use model::layers::Direction;
 use model::transformer::orthogonal_features;
@@ -53,5 +54,57 @@ fn favor_approaches_softmax_as_features_grow() {
             "{direction:?}: 2048 features still far from softmax: {errors:?}"
         );
         assert!(errors[3] < errors[0] / 5.0, "{direction:?}: {errors:?}");
+    }
+}
+
+/// A trained-looking extreme: queries and the later half of the keys aligned with the longest
+/// random feature ω₀ at the norm that maximises its exponent (`x / dh^¼ = ω₀`, exponent |ω₀|²/2 ≈ 40),
+/// the earlier keys long and random (exponents near −130, so their features underflow against the
+/// shift). Early causal queries then see no key with a representable feature, and the causal form's
+/// padding rows have a zero numerator over a denominator whose square underflows (the NaN a
+/// Performer run hit at step 16). Every output and gradient must stay finite with a square that
+/// fits f32 (Adafactor squares the gradients).
+#[test]
+fn favor_gradients_stay_squarable_when_features_underflow() {
+    let device = autodiff_device();
+    // 30 positions in blocks of 8: the causal form pads two rows, whose numerator is 0.
+    let (n, t, dh, m) = (2, 30, 64, 256);
+    let omega = orthogonal_features(dh, m, 0, &device);
+    // The longest feature: the largest exponent, hence the largest stabilising shifts.
+    let norms: Vec<f32> = values(omega.clone().square().sum_dim(0));
+    let longest = (0..m).fold(0, |b, j| if norms[j] > norms[b] { j } else { b });
+    let w0 = omega
+        .clone()
+        .narrow(1, longest, 1)
+        .reshape([1, 1, dh])
+        .mul_scalar((dh as f64).powf(0.25));
+    let aligned = w0.expand([n, t, dh]);
+    let long_random = randn([n, t / 2, dh], 2, &device).mul_scalar(5.7);
+    for direction in [Direction::Causal, Direction::Bidirectional] {
+        let q = aligned.clone().detach().require_grad();
+        let k = Tensor::cat(
+            vec![long_random.clone(), aligned.clone().narrow(1, 0, t / 2)],
+            1,
+        )
+        .detach()
+        .require_grad();
+        let v = randn([n, t, dh], 3, &device).require_grad();
+        let out = favor_attention(q.clone(), k.clone(), v.clone(), None, &omega, direction, 8);
+        let grads = backward_with(out.clone(), &randn([n, t, dh], 4, &device));
+        for (name, x) in [
+            ("output", values(out)),
+            ("dq", grad(&q, &grads)),
+            ("dk", grad(&k, &grads)),
+            ("dv", grad(&v, &grads)),
+        ] {
+            // `f32::max` skips NaN: count the non-finite values first.
+            let bad = x.iter().filter(|x| !x.is_finite()).count();
+            assert_eq!(bad, 0, "{direction:?}: {bad} non-finite values in {name}");
+            let worst = x.iter().fold(0f32, |w, x| w.max(x.abs()));
+            assert!(
+                (worst * worst).is_finite(),
+                "{direction:?}: largest |{name}| is {worst:e}"
+            );
+        }
     }
 }
