@@ -184,8 +184,10 @@ fn parse_value(raw: &str) -> toml::Value {
         .unwrap_or_else(|| toml::Value::String(raw.to_string()))
 }
 
-/// Runs an experiment's body, turning errors into one line on stderr and exit status 1.
+/// Runs an experiment's body with denormals flushed to zero ([`model::fused::flush_denormals`]),
+/// turning errors into one line on stderr and exit status 1.
 pub fn main_with(id: &'static str, body: impl FnOnce(Cli) -> Result<()>) {
+    model::fused::flush_denormals();
     let result = Cli::parse(id, std::env::args().skip(1)).and_then(body);
     if let Err(e) = result {
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();

@@ -155,9 +155,20 @@ pub struct SweepRow {
     pub lr: f64,
 }
 
+/// The paper's table that a sweep binary's `table.md` reproduces.
+fn paper_table(id: &str) -> String {
+    match id {
+        "fig5" => "FLASH Table 12 (masked LM, Figure 5)".into(),
+        "fig6" => "FLASH Table 13 (causal LM, Figure 6)".into(),
+        "table3" => "FLASH Table 3 (causal LM on PG-19)".into(),
+        other => format!("`{other}`"),
+    }
+}
+
 pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result<()> {
+    let table = paper_table(cli.id);
     if cli.report_only {
-        return render(&cli.out, None);
+        return render(&cli.out, &table, None);
     }
     let config: LmSweepConfig = cli.load_config(builtin)?;
     let spec = registry::lookup(&config.dataset)?;
@@ -293,7 +304,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             }
         }
     }
-    render(&cli.out, Some(&config.baseline))?;
+    render(&cli.out, &table, Some(&config.baseline))?;
     eprintln!("wrote {} ({})", cli.out.display(), provenance.device);
     Ok(())
 }
@@ -324,9 +335,10 @@ fn write_rows(out: &Path, rows: &[SweepRow]) -> Result<()> {
     write_atomic(&out.join("metrics.csv"), &w.into_inner()?)
 }
 
-/// Charts (perplexity vs device-hours, one per context) and `table.md` (final perplexity and
-/// speedup to the baseline's final perplexity) from `metrics.csv`.
-pub fn render(out: &Path, baseline: Option<&str>) -> Result<()> {
+/// Charts (perplexity vs device-hours, one per context) and `table.md` (the paper's `table`: final
+/// perplexity and speedup to the baseline's final perplexity, in device-hours and in steps) from
+/// `metrics.csv`.
+pub fn render(out: &Path, table: &str, baseline: Option<&str>) -> Result<()> {
     let path = out.join("metrics.csv");
     let rows: Vec<SweepRow> = csv::Reader::from_path(&path)
         .with_context(|| format!("cannot read {}: run the experiment first", path.display()))?
@@ -353,17 +365,31 @@ pub fn render(out: &Path, baseline: Option<&str>) -> Result<()> {
             models.push(r.model.clone());
         }
     }
-    let curve = |m: &str, c: usize| -> Vec<(f64, f64)> {
+    let runs = |m: &str, c: usize| -> Vec<&SweepRow> {
         rows.iter()
             .filter(|r| r.model == m && r.context == c)
+            .collect()
+    };
+    let curve = |m: &str, c: usize| -> Vec<(f64, f64)> {
+        runs(m, c)
+            .iter()
             .map(|r| (r.device_hours, r.eval_ppl))
             .collect()
     };
+    let step_curve = |m: &str, c: usize| -> Vec<(f64, f64)> {
+        runs(m, c)
+            .iter()
+            .map(|r| (r.step as f64, r.eval_ppl))
+            .collect()
+    };
     let mut md = format!(
-        "# Perplexity and speedup to {baseline}'s final perplexity\n\n\
+        "# {table}: perplexity and speedup to {baseline}'s final perplexity\n\n\
          Final held-out perplexity per model and context, and the speedup: {baseline}'s training time divided by the time\n\
-         the model takes to reach {baseline}'s final perplexity (— when it never does). Generated from `metrics.csv`.\n\n\
-         | model | context | steps | device-hours | final ppl | speedup |\n|---|---|---|---|---|---|\n"
+         the model takes to reach {baseline}'s final perplexity (— when it never does; linear between evaluations), in\n\
+         device-hours (the paper's measure) and in training steps (the same tokens per step for every model, so the\n\
+         implementation's speed drops out). tokens/s: training tokens over training seconds. Generated from `metrics.csv`.\n\n\
+         | model | context | steps | device-hours | tokens/s | final ppl | speedup | speedup in steps |\n\
+         |---|---|---|---|---|---|---|---|\n"
     );
     for &c in &contexts {
         let mut series = Vec::new();
@@ -372,16 +398,17 @@ pub fn render(out: &Path, baseline: Option<&str>) -> Result<()> {
             let Some(&(hours, ppl)) = points.last() else {
                 continue;
             };
-            let steps = rows
-                .iter()
-                .filter(|r| &r.model == m && r.context == c)
-                .map(|r| r.step)
-                .max()
-                .unwrap_or(0);
-            let speedup = speedup_to_baseline(&curve(&baseline, c), &points)
-                .map(|s| format!("{s:.2}×"))
-                .unwrap_or_else(|| "—".into());
-            md += &format!("| {m} | {c} | {steps} | {hours:.3e} | {ppl:.2} | {speedup} |\n");
+            let last = *runs(m, c).last().expect("a point per row");
+            let (steps, tokens_per_s) = (last.step, last.tokens_per_s);
+            let times = |s: Option<f64>| s.map_or_else(|| "—".into(), |s| format!("{s:.2}×"));
+            let speedup = times(speedup_to_baseline(&curve(&baseline, c), &points));
+            let in_steps = times(speedup_to_baseline(
+                &step_curve(&baseline, c),
+                &step_curve(m, c),
+            ));
+            md += &format!(
+                "| {m} | {c} | {steps} | {hours:.3e} | {tokens_per_s:.0} | {ppl:.2} | {speedup} | {in_steps} |\n"
+            );
             series.push(Series {
                 name: m.clone(),
                 points,

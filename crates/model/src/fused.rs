@@ -15,6 +15,7 @@
 //! - [`activation`]: SiLU and GELU in one pass each way (burn records four to six ops for each);
 //! - [`cross_entropy_rows`]: `logsumexp(x) − x[target]` per row, whose gradient is
 //!   `softmax(x) − onehot(target)`: one pass forward, one backward.
+//! - [`flush_denormals`]: flush-to-zero for the threads that compute, as XLA's CPU runtime does.
 //!
 //! Each returns `None` when the tensors do not live on `flex` (plain, or autodiff without gradient
 //! checkpointing); callers then use the plain burn reference in `attention.rs` / `lm.rs`, which the
@@ -1559,4 +1560,28 @@ pub fn cross_entropy_rows(logits: &Tensor<2>, targets: &Tensor<1, Int>) -> Optio
         }
         Route::Reference => None,
     }
+}
+
+/// Sets flush-to-zero and denormals-are-zero (MXCSR bits 15 and 6) on the calling thread and on
+/// every thread of rayon's global pool, where flex, gemm and these kernels compute. As training
+/// sharpens attention, exp-based attention (softmax, FAVOR+) produces probabilities and gradient
+/// products below f32's smallest normal (1.2e-38), and x86 computes on such denormals at a small
+/// fraction of normal speed: without this, softmax Transformers' steps slowed by up to 2.2× over
+/// 40 training steps while relu² models stayed flat. XLA's CPU runtime (the JAX anchor) and
+/// PyTorch's `set_flush_denormal` make the same trade; values below 1.2e-38 become 0. No-op off
+/// x86-64.
+pub fn flush_denormals() {
+    #[cfg(target_arch = "x86_64")]
+    fn set() {
+        #[allow(deprecated)]
+        // SAFETY: sets only the FTZ and DAZ flags of this thread's MXCSR; SSE is part of x86-64.
+        unsafe {
+            use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
+            _mm_setcsr(_mm_getcsr() | 0x8040);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    fn set() {}
+    set();
+    rayon::broadcast(|_| set());
 }

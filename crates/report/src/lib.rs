@@ -217,9 +217,13 @@ pub fn time_to_reach(curve: &[(f64, f64)], target: f64) -> Option<f64> {
 }
 
 /// The FLASH paper's speedup: the baseline's training time divided by the time `model` takes to
-/// reach the baseline's final perplexity; `None` when the model never reaches it.
+/// reach the baseline's final perplexity; `None` when the model never reaches it. Both times are
+/// first crossings of that perplexity, so a baseline whose noisy curve dips below its final value
+/// before the end is timed like the model (and is 1× against itself); on a falling curve the
+/// baseline's crossing is its training time.
 pub fn speedup_to_baseline(baseline: &[(f64, f64)], model: &[(f64, f64)]) -> Option<f64> {
-    let &(hours, final_ppl) = baseline.last()?;
+    let &(_, final_ppl) = baseline.last()?;
+    let hours = time_to_reach(baseline, final_ppl)?;
     time_to_reach(model, final_ppl)
         .filter(|&t| t > 0.0)
         .map(|t| hours / t)
@@ -239,5 +243,12 @@ mod speedup_tests {
         assert_eq!(speedup_to_baseline(&baseline, &[(1.0, 11.0)]), None);
         // The baseline against itself: 1×.
         assert_eq!(speedup_to_baseline(&baseline, &baseline), Some(1.0));
+        // A baseline that dips below its final 12 before its end (4 h) is timed at its first
+        // crossing, 1.75 h; the model reaches 12 at 1.5 h: 1.75 / 1.5, not 4 / 1.5.
+        let noisy = [(1.0, 30.0), (2.0, 6.0), (4.0, 12.0)];
+        let crossing = 1.0 + (30.0 - 12.0) / (30.0 - 6.0);
+        assert_eq!(speedup_to_baseline(&noisy, &noisy), Some(1.0));
+        let s = speedup_to_baseline(&noisy, &model).unwrap();
+        assert!((s - crossing / 1.5).abs() < 1e-12, "{s}");
     }
 }
