@@ -370,18 +370,12 @@ pub fn render(out: &Path, table: &str, baseline: Option<&str>) -> Result<()> {
             .filter(|r| r.model == m && r.context == c)
             .collect()
     };
-    let curve = |m: &str, c: usize| -> Vec<(f64, f64)> {
-        runs(m, c)
-            .iter()
-            .map(|r| (r.device_hours, r.eval_ppl))
-            .collect()
+    // (x, perplexity) per evaluation, x = device-hours or training step.
+    let curve = |m: &str, c: usize, x: fn(&SweepRow) -> f64| -> Vec<(f64, f64)> {
+        runs(m, c).iter().map(|r| (x(r), r.eval_ppl)).collect()
     };
-    let step_curve = |m: &str, c: usize| -> Vec<(f64, f64)> {
-        runs(m, c)
-            .iter()
-            .map(|r| (r.step as f64, r.eval_ppl))
-            .collect()
-    };
+    let by_hours = |r: &SweepRow| r.device_hours;
+    let by_step = |r: &SweepRow| r.step as f64;
     let mut md = format!(
         "# {table}: perplexity and speedup to {baseline}'s final perplexity\n\n\
          Final held-out perplexity per model and context, and the speedup: {baseline}'s training time divided by the time\n\
@@ -394,17 +388,17 @@ pub fn render(out: &Path, table: &str, baseline: Option<&str>) -> Result<()> {
     for &c in &contexts {
         let mut series = Vec::new();
         for m in &models {
-            let points = curve(m, c);
+            let points = curve(m, c, by_hours);
             let Some(&(hours, ppl)) = points.last() else {
                 continue;
             };
             let last = *runs(m, c).last().expect("a point per row");
             let (steps, tokens_per_s) = (last.step, last.tokens_per_s);
             let times = |s: Option<f64>| s.map_or_else(|| "—".into(), |s| format!("{s:.2}×"));
-            let speedup = times(speedup_to_baseline(&curve(&baseline, c), &points));
+            let speedup = times(speedup_to_baseline(&curve(&baseline, c, by_hours), &points));
             let in_steps = times(speedup_to_baseline(
-                &step_curve(&baseline, c),
-                &step_curve(m, c),
+                &curve(&baseline, c, by_step),
+                &curve(m, c, by_step),
             ));
             md += &format!(
                 "| {m} | {c} | {steps} | {hours:.3e} | {tokens_per_s:.0} | {ppl:.2} | {speedup} | {in_steps} |\n"
