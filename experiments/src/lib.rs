@@ -2,6 +2,8 @@
 //! `--config FILE` to replace it, `--set key=value` to override fields), output directories and
 //! provenance. Each binary is a thin `main` over one module here.
 
+pub mod gqa_decode;
+pub mod gqa_pipeline;
 pub mod latency;
 pub mod lm_sweep;
 
@@ -194,6 +196,27 @@ pub fn main_with(id: &'static str, body: impl FnOnce(Cli) -> Result<()>) {
         eprintln!("error: {}", chain.join(": "));
         std::process::exit(1);
     }
+}
+
+/// The median of `xs` (sorted in place); the mean of the middle two for an even count.
+pub fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(|a, b| a.total_cmp(b));
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
+
+/// Writes `rows` as CSV with a header, atomically (rewritten after every row of a sweep, so an
+/// interrupted sweep leaves a valid file of what it measured).
+pub fn write_csv<T: Serialize>(path: &std::path::Path, rows: &[T]) -> Result<()> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        w.serialize(r)?;
+    }
+    training::write_atomic(path, &w.into_inner()?)
 }
 
 /// Progress of a sweep: a bar with rate and ETA on a terminal, plain lines otherwise.

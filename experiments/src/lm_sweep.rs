@@ -311,7 +311,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
 
 /// A run directory resumes only the run it was made for: its resolved model and training config are
 /// saved there, and a different one is an error rather than a silent mix.
-fn guard_run_dir(dir: &Path, resolved: &serde_json::Value) -> Result<()> {
+pub(crate) fn guard_run_dir(dir: &Path, resolved: &serde_json::Value) -> Result<()> {
     let path = dir.join("run_config.json");
     if let Ok(saved) = std::fs::read(&path) {
         let saved: serde_json::Value = serde_json::from_slice(&saved).unwrap_or_default();

@@ -6,7 +6,9 @@
 //! - [`attention`]: the attention kernels as plain functions (full and one-token forms);
 //! - [`fused`]: fused CPU kernels (attention, cross-entropy) with hand-written backward passes;
 //! - [`gau`]: the GAU / FLASH layer; [`transformer`]: the Transformer block of the baselines;
-//! - [`lm`]: [`ModelConfig`] (architecture by name, paper presets) and [`LanguageModel`].
+//! - [`lm`]: [`ModelConfig`] (architecture by name, paper presets) and [`LanguageModel`];
+//! - [`t5`]: T5.1.1 encoder-decoder with MHA / GQA / MQA decoder attention (the GQA paper);
+//!   [`t5_hf`]: its Hugging Face checkpoints (safetensors) in and out.
 
 pub mod attention;
 pub mod flops;
@@ -14,6 +16,8 @@ pub mod fused;
 pub mod gau;
 pub mod layers;
 pub mod lm;
+pub mod t5;
+pub mod t5_hf;
 pub mod transformer;
 
 pub use attention::ChunkParts;

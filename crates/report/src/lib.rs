@@ -102,15 +102,8 @@ impl LineChart {
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         let (xs, ys) = (self.x_scale, self.y_scale);
         let fmt = move |scale: Scale, v: f64| match scale {
-            Scale::Linear => format!("{v:.3}"),
-            Scale::Log2 => {
-                let r = 2f64.powf(v);
-                if r >= 100.0 {
-                    format!("{r:.0}")
-                } else {
-                    format!("{r:.2}")
-                }
-            }
+            Scale::Linear => tick_label(v),
+            Scale::Log2 => tick_label(2f64.powf(v)),
         };
         chart
             .configure_mesh()
@@ -168,9 +161,38 @@ impl LineChart {
     }
 }
 
+/// An axis tick: three significant digits (0.00123, 0.0421, 1.5, 512), trailing zeros dropped,
+/// so that ticks over a small range (device-hours of short runs) stay distinct.
+pub fn tick_label(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let decimals = (2 - v.abs().log10().floor() as i32).max(0) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tick_labels_keep_three_significant_digits() {
+        let labels: Vec<String> = [0.00123, 0.0125, 0.0421, 0.5, 1.5, 42.0, 512.0, 8192.0, 0.0]
+            .iter()
+            .map(|&v| tick_label(v))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "0.00123", "0.0125", "0.0421", "0.5", "1.5", "42", "512", "8192", "0"
+            ]
+        );
+    }
 
     #[test]
     fn writes_png_and_svg() {

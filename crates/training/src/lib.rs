@@ -7,6 +7,7 @@ pub mod optimizer;
 pub mod provenance;
 pub mod schedule;
 pub mod step;
+pub mod t5_task;
 pub mod trainer;
 
 pub use device::Backend;

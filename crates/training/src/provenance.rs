@@ -9,7 +9,8 @@ use serde::Serialize;
 /// Where a result came from.
 #[derive(Clone, Debug, Serialize)]
 pub struct Provenance {
-    /// `git rev-parse HEAD`, with `-dirty` when the tree had uncommitted changes.
+    /// `git rev-parse HEAD`, with `-dirty` when tracked files outside `results/` and `runs/` had
+    /// uncommitted changes (results being regenerated do not make a run's code uncertain).
     pub git_commit: String,
     /// Backend and machine.
     pub device: String,
@@ -33,8 +34,16 @@ impl Provenance {
                 .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         };
         let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
-        let dirty =
-            git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+        let dirty = git(&[
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ":/",
+            ":(top,exclude)results",
+            ":(top,exclude)runs",
+        ])
+        .is_some_and(|s| !s.is_empty());
         Self {
             git_commit: if dirty {
                 format!("{commit}-dirty")

@@ -98,13 +98,15 @@ pub struct RunOptions {
     pub label: String,
 }
 
-/// How a run ended.
+/// How a run ended, and the model it ended with.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub struct Outcome<M> {
     pub steps: usize,
     pub interrupted: bool,
     pub losses: Vec<f64>,
     pub rows: Vec<MetricsRow>,
+    /// The trained model (as of the last step taken).
+    pub model: M,
 }
 
 /// Installs a Ctrl-C handler that sets `stop` (once per process; later calls share the first flag).
@@ -184,7 +186,7 @@ pub fn train<M, T>(
     device: &Device,
     out: &Path,
     opts: &RunOptions,
-) -> Result<Outcome>
+) -> Result<Outcome<M>>
 where
     M: Module + Clone,
     T: Task<M>,
@@ -340,5 +342,6 @@ where
         interrupted,
         losses: run.losses,
         rows: run.rows,
+        model,
     })
 }

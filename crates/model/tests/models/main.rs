@@ -10,3 +10,5 @@ mod overfit;
 mod padding;
 mod params;
 mod performer;
+mod t5;
+mod t5_hf;

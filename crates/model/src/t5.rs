@@ -1,0 +1,906 @@
+//! T5.1.1 encoder-decoder (Raffel et al. 2020, the "v1.1" checkpoints) with multi-head, grouped-query
+//! or multi-query attention in the decoder (Ainslie et al. 2023, "GQA").
+//!
+//! Exactly T5.1.1: pre-norm residual blocks with RMSNorm (eps 1e-6, no mean, no bias); the gated
+//! tanh-GELU feed-forward `wo(gelu_tanh(wi_0 x) ⊙ wi_1 x)`; attention without biases and without
+//! 1/sqrt(d_kv) (folded into the initialisation of Q); relative position buckets with one table per
+//! stack shared by its layers (bidirectional encoder, causal decoder, none in cross-attention); one
+//! input embedding shared by encoder and decoder, no input scaling; an untied LM head.
+//!
+//! GQA (paper §2): decoder self- and cross-attention have `n_kv_heads` = G key/value heads for H
+//! query heads (G = H: MHA; G = 1: MQA); query head h reads K/V head h / (H/G), contiguous groups.
+//! The encoder stays MHA. Scores are computed per group against the G heads themselves
+//! ([`grouped_attention`]), so the decoding cache holds G heads; [`repeat_kv`] (expanding K/V to H
+//! heads) is the plain reference the tests compare with. [`convert_kv_heads`] turns an MHA model
+//! into GQA-G by mean-pooling each group's K and V projections.
+//!
+//! Shapes: B batch, S encoder length, T decoder length, H query heads, G K/V heads, dk = d_kv,
+//! d = d_model, V vocabulary.
+
+use burn::module::Param;
+use burn::nn::{
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig, RmsNorm,
+    RmsNormConfig,
+};
+use burn::prelude::*;
+use burn::tensor::activation::{gelu_approximate, softmax};
+
+use crate::attention::MASKED_SCORE;
+use crate::layers::{Direction, future_mask};
+use crate::lm::cross_entropy;
+
+/// Padding id; also the decoder's start token (T5's sentencepiece vocabulary).
+pub const PAD_ID: i64 = 0;
+/// End-of-sequence id.
+pub const EOS_ID: i64 = 1;
+/// Unknown-piece id.
+pub const UNK_ID: i64 = 2;
+/// `<extra_id_0>`, the first span-corruption sentinel; `<extra_id_i>` is `FIRST_SENTINEL_ID − i`.
+pub const FIRST_SENTINEL_ID: i64 = 32099;
+/// Number of sentinels in the T5 vocabulary.
+pub const N_SENTINELS: usize = 100;
+
+/// Configuration of a T5.1.1 encoder-decoder. Sizes: [`T5Config::small`] … [`T5Config::xxl`]
+/// (the public `google/t5-v1_1-*` checkpoints), [`T5Config::tiny`] for tests.
+#[derive(Config, Debug)]
+pub struct T5Config {
+    /// Vocabulary: 32000 SentencePiece pieces + 100 sentinels, padded to 32128 (T5.1.1).
+    #[config(default = 32128)]
+    pub vocab_size: usize,
+    /// Model width d.
+    pub d_model: usize,
+    /// Hidden width of the gated feed-forward network.
+    pub d_ff: usize,
+    /// Query heads H (the encoder's K/V heads too).
+    pub n_heads: usize,
+    /// Width of one head; 64 in every T5.1.1 size, so H·d_kv need not equal d_model.
+    #[config(default = 64)]
+    pub d_kv: usize,
+    /// Encoder layers.
+    pub n_encoder_layers: usize,
+    /// Decoder layers.
+    pub n_decoder_layers: usize,
+    /// K/V heads G of decoder self- and cross-attention: H = MHA, 1 = MQA, G = GQA-G (G divides H).
+    pub n_kv_heads: usize,
+    /// Relative position buckets per stack (T5: 32).
+    #[config(default = 32)]
+    pub relative_buckets: usize,
+    /// Distance at which relative positions stop being distinguished (T5: 128).
+    #[config(default = 128)]
+    pub relative_max_distance: usize,
+    /// RMSNorm epsilon (T5: 1e-6; burn's default 1e-5 is not T5's).
+    #[config(default = 1e-6)]
+    pub norm_eps: f64,
+    /// Dropout on embeddings, attention weights, residual branches and the FFN's hidden layer:
+    /// 0 in pre-training, 0.1 in fine-tuning (GQA paper §3.1).
+    #[config(default = 0.0)]
+    pub dropout: f64,
+}
+
+impl T5Config {
+    /// A T5.1.1 size with multi-head attention.
+    fn size(d_model: usize, d_ff: usize, heads: usize, layers: usize) -> Self {
+        Self::new(d_model, d_ff, heads, layers, layers, heads)
+    }
+
+    /// `google/t5-v1_1-small`, ~77M parameters.
+    pub fn small() -> Self {
+        Self::size(512, 1024, 6, 8)
+    }
+
+    /// `google/t5-v1_1-base`, ~250M parameters.
+    pub fn base() -> Self {
+        Self::size(768, 2048, 12, 12)
+    }
+
+    /// `google/t5-v1_1-large`, ~800M parameters: MHA-Large of the GQA paper's Table 1.
+    pub fn large() -> Self {
+        Self::size(1024, 2816, 16, 24)
+    }
+
+    /// `google/t5-v1_1-xl`, ~3B parameters.
+    pub fn xl() -> Self {
+        Self::size(2048, 5120, 32, 24)
+    }
+
+    /// `google/t5-v1_1-xxl`, ~11B parameters: MHA-XXL, and with 8 or 1 K/V heads GQA-8-XXL and
+    /// MQA-XXL of Table 1.
+    pub fn xxl() -> Self {
+        Self::size(4096, 10240, 64, 24)
+    }
+
+    /// A few-thousand-parameter model for tests: 4 heads of width 8, two layers per stack.
+    pub fn tiny() -> Self {
+        Self::new(32, 64, 4, 2, 2, 4)
+            .with_d_kv(8)
+            .with_vocab_size(128)
+    }
+
+    /// The same model with `n_kv_heads` K/V heads in the decoder (1 = MQA, `n_heads` = MHA).
+    pub fn with_n_kv_heads(mut self, n_kv_heads: usize) -> Self {
+        self.n_kv_heads = n_kv_heads;
+        self
+    }
+
+    /// The named sizes, for configs that pick one by name.
+    pub const PRESETS: [&'static str; 6] = ["tiny", "small", "base", "large", "xl", "xxl"];
+
+    /// A size by name (see [`T5Config::PRESETS`]).
+    pub fn preset(name: &str) -> Result<Self, String> {
+        Ok(match name {
+            "tiny" => Self::tiny(),
+            "small" => Self::small(),
+            "base" => Self::base(),
+            "large" => Self::large(),
+            "xl" => Self::xl(),
+            "xxl" => Self::xxl(),
+            _ => {
+                return Err(format!(
+                    "unknown T5 size `{name}`; known: {}",
+                    Self::PRESETS.join(", ")
+                ));
+            }
+        })
+    }
+
+    /// Checks the fields that must agree with each other; the message names the field and the fix.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("d_model", self.d_model),
+            ("d_ff", self.d_ff),
+            ("n_heads", self.n_heads),
+            ("d_kv", self.d_kv),
+            ("n_kv_heads", self.n_kv_heads),
+            ("relative_buckets", self.relative_buckets),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("T5 config: {name} must be positive"));
+        }
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return Err(format!(
+                "T5 config: n_kv_heads {} must divide n_heads {} (1 = MQA, n_heads = MHA)",
+                self.n_kv_heads, self.n_heads
+            ));
+        }
+        if !self.relative_buckets.is_multiple_of(4) {
+            return Err(format!(
+                "T5 config: relative_buckets {} must be a multiple of 4 (two sides, exact and log halves)",
+                self.relative_buckets
+            ));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(format!(
+                "T5 config: dropout {} must be in [0, 1)",
+                self.dropout
+            ));
+        }
+        Ok(())
+    }
+
+    /// Builds the model with T5's initialisation (Mesh TensorFlow / Hugging Face `_init_weights`):
+    /// N(0, 1) embedding; Q std (d·dk)^-½ (the missing 1/sqrt(dk) lives here), K and V std d^-½,
+    /// O std (H·dk)^-½; wi std d^-½, wo std d_ff^-½; bias tables std d^-½. The untied LM head gets
+    /// std d^-½ (Hugging Face uses 1.0, which starts training with logits of std sqrt(d)).
+    pub fn init(&self, device: &Device) -> T5Model {
+        if let Err(e) = self.validate() {
+            panic!("{e}");
+        }
+        let d = self.d_model as f64;
+        let inner = self.n_heads * self.d_kv;
+        let normal = |std: f64| Initializer::Normal { mean: 0.0, std };
+        let linear = |i: usize, o: usize, std: f64| {
+            LinearConfig::new(i, o)
+                .with_bias(false)
+                .with_initializer(normal(std))
+                .init(device)
+        };
+        let dropout = || DropoutConfig::new(self.dropout).init();
+        let norm = || {
+            RmsNormConfig::new(self.d_model)
+                .with_epsilon(self.norm_eps)
+                .init(device)
+        };
+        let attention = |kv_heads: usize| T5Attention {
+            q: linear(self.d_model, inner, (d * self.d_kv as f64).powf(-0.5)),
+            k: linear(self.d_model, kv_heads * self.d_kv, d.powf(-0.5)),
+            v: linear(self.d_model, kv_heads * self.d_kv, d.powf(-0.5)),
+            o: linear(inner, self.d_model, (inner as f64).powf(-0.5)),
+            dropout: dropout(),
+            n_heads: self.n_heads,
+            n_kv_heads: kv_heads,
+            d_kv: self.d_kv,
+        };
+        let ffn = || GatedGelu {
+            wi_0: linear(self.d_model, self.d_ff, d.powf(-0.5)),
+            wi_1: linear(self.d_model, self.d_ff, d.powf(-0.5)),
+            wo: linear(self.d_ff, self.d_model, (self.d_ff as f64).powf(-0.5)),
+            dropout: dropout(),
+        };
+        let bias = |direction| RelativePositionBias {
+            embedding: EmbeddingConfig::new(self.relative_buckets, self.n_heads)
+                .with_initializer(normal(d.powf(-0.5)))
+                .init(device),
+            direction,
+            n_buckets: self.relative_buckets,
+            max_distance: self.relative_max_distance,
+        };
+        T5Model {
+            shared: EmbeddingConfig::new(self.vocab_size, self.d_model)
+                .with_initializer(normal(1.0))
+                .init(device),
+            encoder: T5Stack {
+                layers: (0..self.n_encoder_layers)
+                    .map(|_| T5Layer {
+                        self_norm: norm(),
+                        self_attention: attention(self.n_heads),
+                        cross: None,
+                        ffn_norm: norm(),
+                        ffn: ffn(),
+                        dropout: dropout(),
+                    })
+                    .collect(),
+                position_bias: bias(Direction::Bidirectional),
+                final_norm: norm(),
+                dropout: dropout(),
+            },
+            decoder: T5Stack {
+                layers: (0..self.n_decoder_layers)
+                    .map(|_| T5Layer {
+                        self_norm: norm(),
+                        self_attention: attention(self.n_kv_heads),
+                        cross: Some(CrossAttention {
+                            norm: norm(),
+                            attention: attention(self.n_kv_heads),
+                        }),
+                        ffn_norm: norm(),
+                        ffn: ffn(),
+                        dropout: dropout(),
+                    })
+                    .collect(),
+                position_bias: bias(Direction::Causal),
+                final_norm: norm(),
+                dropout: dropout(),
+            },
+            lm_head: linear(self.d_model, self.vocab_size, d.powf(-0.5)),
+        }
+    }
+}
+
+impl T5Config {
+    /// Forward FLOPs of `batch` examples of `s` input and `t` target tokens: matrix products only,
+    /// 2·m·n·k each, as [`crate::flops`] counts the FLASH models. The decoder's K/V projections of
+    /// cross-attention run once per input token (the decoding cache's cost), its other products
+    /// once per target token.
+    pub fn forward_flops(&self, batch: usize, s: usize, t: usize) -> f64 {
+        let (d, ff, vocab) = (
+            self.d_model as f64,
+            self.d_ff as f64,
+            self.vocab_size as f64,
+        );
+        let inner = (self.n_heads * self.d_kv) as f64;
+        let kv = (self.n_kv_heads * self.d_kv) as f64;
+        let (s, t) = (s as f64, t as f64);
+        let ffn = 2.0 * 3.0 * d * ff;
+        // QKᵀ and AV over n keys, all heads: 2·2·n·H·dk.
+        let scores = |n: f64| 4.0 * n * inner;
+        let encoder_token = 2.0 * 4.0 * d * inner + scores(s) + ffn;
+        let decoder_token = 2.0 * 2.0 * d * (inner + kv) // self-attention Q, O and K, V
+            + scores(t)
+            + 2.0 * 2.0 * d * inner // cross-attention Q, O
+            + scores(s)
+            + ffn;
+        let cross_kv_per_input = 2.0 * 2.0 * d * kv;
+        let per_example = self.n_encoder_layers as f64 * s * encoder_token
+            + self.n_decoder_layers as f64 * (t * decoder_token + s * cross_kv_per_input)
+            + t * 2.0 * d * vocab;
+        batch as f64 * per_example
+    }
+
+    /// Training FLOPs of one step (backward ≈ 2 × forward).
+    pub fn train_flops(&self, batch: usize, s: usize, t: usize) -> f64 {
+        3.0 * self.forward_flops(batch, s, t)
+    }
+}
+
+/// T5's bucket of the relative position `key − query` (Mesh TensorFlow `_relative_position_bucket`,
+/// Hugging Face `T5Attention._relative_position_bucket`).
+///
+/// Bidirectional: half the buckets per side, offset by half when the key is after the query.
+/// Causal: all buckets for keys at or before the query (later keys share bucket 0; they are masked).
+/// Within a side of `n` buckets, distances below n/2 have a bucket each, larger ones share
+/// logarithmically spaced buckets up to `max_distance`, beyond which all share the last one. The
+/// logarithm is taken in f32, as both references do.
+pub fn relative_position_bucket(
+    relative: i64,
+    direction: Direction,
+    n_buckets: usize,
+    max_distance: usize,
+) -> usize {
+    let (side, offset, distance) = match direction {
+        Direction::Bidirectional => {
+            let side = n_buckets / 2;
+            (
+                side,
+                if relative > 0 { side } else { 0 },
+                relative.unsigned_abs(),
+            )
+        }
+        Direction::Causal => (n_buckets, 0, (-relative).max(0) as u64),
+    };
+    let exact = side / 2;
+    let distance = distance as usize;
+    if distance < exact {
+        return offset + distance;
+    }
+    let log_ratio =
+        (distance as f32 / exact as f32).ln() / (max_distance as f32 / exact as f32).ln();
+    let bucket = exact + (log_ratio * (side - exact) as f32) as usize;
+    offset + bucket.min(side - 1)
+}
+
+/// The learned relative position bias of one stack: a [buckets, H] table shared by all its layers.
+#[derive(Module, Debug)]
+pub struct RelativePositionBias {
+    /// [buckets, H]
+    pub embedding: Embedding,
+    #[module(skip)]
+    direction: Direction,
+    n_buckets: usize,
+    max_distance: usize,
+}
+
+impl RelativePositionBias {
+    /// Bias of queries at positions `q_start .. q_start + q_len` against keys `0 .. k_len`:
+    /// [1, H, q_len, k_len].
+    pub fn forward(&self, q_start: usize, q_len: usize, k_len: usize) -> Tensor<4> {
+        let weight = self.embedding.weight.val();
+        let [_, h] = weight.dims();
+        let (direction, n, max) = (self.direction, self.n_buckets, self.max_distance);
+        let buckets: Vec<i64> = (q_start..q_start + q_len)
+            .flat_map(|q| {
+                (0..k_len).map(move |k| {
+                    relative_position_bucket(k as i64 - q as i64, direction, n, max) as i64
+                })
+            })
+            .collect();
+        let buckets = Tensor::<1, Int>::from_data(
+            TensorData::new(buckets, [q_len * k_len]),
+            &weight.device(),
+        );
+        weight
+            .select(0, buckets)
+            .reshape([q_len, k_len, h])
+            .permute([2, 0, 1])
+            .unsqueeze::<4>()
+    }
+}
+
+/// [B, L, n·dk] → [B, n, L, dk]
+fn split_heads(x: Tensor<3>, n: usize) -> Tensor<4> {
+    let [b, l, w] = x.dims();
+    x.reshape([b, l, n, w / n]).swap_dims(1, 2)
+}
+
+/// [B, n, L, dk] → [B, L, n·dk]
+fn merge_heads(x: Tensor<4>) -> Tensor<3> {
+    let [b, n, l, dk] = x.dims();
+    x.swap_dims(1, 2).reshape([b, l, n * dk])
+}
+
+/// Expands K or V from G heads to H: [B, G, S, dk] → [B, H, S, dk], query head h reading group
+/// h / (H/G). The plain reference of [`grouped_attention`]; never used on the decoding path.
+pub fn repeat_kv(x: Tensor<4>, n_heads: usize) -> Tensor<4> {
+    let [b, g, s, dk] = x.dims();
+    x.unsqueeze_dim::<5>(2)
+        .expand([b, g, n_heads / g, s, dk])
+        .reshape([b, n_heads, s, dk])
+}
+
+/// An additive attention bias (relative positions and/or −10⁹ on masked keys) broadcast to the
+/// grouped layout: [Bb, Hb, Tb, S] with Hb ∈ {1, H}, Tb ∈ {1, T} → [Bb, G or 1, (H/G)·T or 1, S].
+fn group_bias(bias: Tensor<4>, h: usize, g: usize, t: usize) -> Tensor<4> {
+    let [bb, hb, tb, s] = bias.dims();
+    if hb == 1 && tb == 1 {
+        return bias;
+    }
+    bias.expand([bb, h, t, s]).reshape([bb, g, (h / g) * t, s])
+}
+
+/// Unscaled softmax attention (T5) of H query heads over G K/V heads. q: [B, H, T, dk];
+/// k, v: [B, G, S, dk]; bias: [Bb, 1 or H, 1 or T, S] added to the scores → [B, H, T, dk].
+///
+/// The H/G query heads of a group are stacked along the query axis, so each group's scores are one
+/// product with its own K: the G heads are read as they are, never expanded (the bandwidth the
+/// paper saves in decoding).
+pub fn grouped_attention(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    bias: Tensor<4>,
+    dropout: Option<&Dropout>,
+) -> Tensor<4> {
+    let [b, h, t, dk] = q.dims();
+    let g = k.dims()[1];
+    assert!(
+        h.is_multiple_of(g),
+        "{g} K/V heads do not divide {h} query heads"
+    );
+    let q = q.reshape([b, g, (h / g) * t, dk]);
+    let scores = q.matmul(k.swap_dims(2, 3)) + group_bias(bias, h, g, t); // [B, G, (H/G)·T, S]
+    let mut weights = softmax(scores, 3);
+    if let Some(dropout) = dropout {
+        weights = dropout.forward(weights);
+    }
+    weights.matmul(v).reshape([b, h, t, dk])
+}
+
+/// [`grouped_attention`] by expanding K and V to H heads first ([`repeat_kv`]): the reference.
+pub fn grouped_attention_reference(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    bias: Tensor<4>,
+) -> Tensor<4> {
+    let h = q.dims()[1];
+    let k = repeat_kv(k, h);
+    let v = repeat_kv(v, h);
+    let scores = q.matmul(k.swap_dims(2, 3)) + bias;
+    softmax(scores, 3).matmul(v)
+}
+
+/// T5 attention: Q, K, V, O projections without biases; K and V have `n_kv_heads` heads.
+#[derive(Module, Debug)]
+pub struct T5Attention {
+    /// d → H·dk
+    pub q: Linear,
+    /// d → G·dk
+    pub k: Linear,
+    /// d → G·dk
+    pub v: Linear,
+    /// H·dk → d
+    pub o: Linear,
+    dropout: Dropout,
+    /// H
+    pub n_heads: usize,
+    /// G
+    pub n_kv_heads: usize,
+    /// dk
+    pub d_kv: usize,
+}
+
+impl T5Attention {
+    /// K and V of `source` [B, S, d]: [B, G, S, dk] each, the form the decoding cache stores.
+    pub fn project_kv(&self, source: Tensor<3>) -> (Tensor<4>, Tensor<4>) {
+        let k = split_heads(self.k.forward(source.clone()), self.n_kv_heads);
+        let v = split_heads(self.v.forward(source), self.n_kv_heads);
+        (k, v)
+    }
+
+    /// Queries `x` [B, T, d] against given K, V [B, G, S, dk] with `bias` → [B, T, d].
+    pub fn attend(&self, x: Tensor<3>, k: Tensor<4>, v: Tensor<4>, bias: Tensor<4>) -> Tensor<3> {
+        let q = split_heads(self.q.forward(x), self.n_heads);
+        let a = grouped_attention(q, k, v, bias, Some(&self.dropout));
+        self.o.forward(merge_heads(a))
+    }
+
+    /// Queries `x` [B, T, d] against keys and values projected from `source` [B, S, d] → [B, T, d].
+    pub fn forward(&self, x: Tensor<3>, source: Tensor<3>, bias: Tensor<4>) -> Tensor<3> {
+        let (k, v) = self.project_kv(source);
+        self.attend(x, k, v, bias)
+    }
+}
+
+/// The gated-GELU feed-forward network of T5.1.1: `wo(gelu_tanh(wi_0 x) ⊙ wi_1 x)`.
+#[derive(Module, Debug)]
+pub struct GatedGelu {
+    /// d → d_ff, through the tanh-approximated GELU.
+    pub wi_0: Linear,
+    /// d → d_ff, the linear gate.
+    pub wi_1: Linear,
+    /// d_ff → d
+    pub wo: Linear,
+    dropout: Dropout,
+}
+
+impl GatedGelu {
+    /// [B, L, d] → [B, L, d]
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let h = gelu_approximate(self.wi_0.forward(x.clone())) * self.wi_1.forward(x);
+        self.wo.forward(self.dropout.forward(h))
+    }
+}
+
+/// The cross-attention sub-layer of a decoder layer.
+#[derive(Module, Debug)]
+pub struct CrossAttention {
+    /// Pre-norm.
+    pub norm: RmsNorm,
+    /// Attention over the encoder output (no position bias).
+    pub attention: T5Attention,
+}
+
+/// One pre-norm layer: self-attention, cross-attention (decoder only), feed-forward.
+#[derive(Module, Debug)]
+pub struct T5Layer {
+    /// Pre-norm of self-attention.
+    pub self_norm: RmsNorm,
+    /// Self-attention.
+    pub self_attention: T5Attention,
+    /// Cross-attention (decoder layers).
+    pub cross: Option<CrossAttention>,
+    /// Pre-norm of the feed-forward network.
+    pub ffn_norm: RmsNorm,
+    /// Feed-forward network.
+    pub ffn: GatedGelu,
+    dropout: Dropout,
+}
+
+/// The cross-attention inputs of a decoder layer: the encoder output's K/V (or the output itself)
+/// and the encoder padding bias [B, 1, 1, S].
+enum CrossSource<'a> {
+    /// Project K/V from the encoder output [B, S, d].
+    Encoded(&'a Tensor<3>),
+    /// K/V already projected (the decoding cache), [B, G, S, dk] each.
+    Cached(&'a Tensor<4>, &'a Tensor<4>),
+}
+
+impl T5Layer {
+    /// x: [B, T, d]; self_kv: K/V for self-attention ([B, G, T', dk], the cache while decoding) or
+    /// `None` to project them from x; self_bias: position bias + mask of self-attention.
+    fn forward(
+        &self,
+        x: Tensor<3>,
+        self_kv: Option<(Tensor<4>, Tensor<4>)>,
+        self_bias: Tensor<4>,
+        cross: Option<(CrossSource, Tensor<4>)>,
+    ) -> Tensor<3> {
+        let h = self.self_norm.forward(x.clone());
+        let a = match self_kv {
+            Some((k, v)) => self.self_attention.attend(h, k, v, self_bias),
+            None => self.self_attention.forward(h.clone(), h, self_bias),
+        };
+        let mut x = x + self.dropout.forward(a);
+        if let (Some(layer), Some((source, mask))) = (&self.cross, cross) {
+            let h = layer.norm.forward(x.clone());
+            let a = match source {
+                CrossSource::Encoded(encoded) => layer.attention.forward(h, encoded.clone(), mask),
+                CrossSource::Cached(k, v) => layer.attention.attend(h, k.clone(), v.clone(), mask),
+            };
+            x = x + self.dropout.forward(a);
+        }
+        let h = self.ffn.forward(self.ffn_norm.forward(x.clone()));
+        x + self.dropout.forward(h)
+    }
+}
+
+/// An encoder or decoder stack: layers, the stack's position bias table, final norm.
+#[derive(Module, Debug)]
+pub struct T5Stack {
+    /// Layers.
+    pub layers: Vec<T5Layer>,
+    /// Relative position bias, shared by all layers (Hugging Face stores it in layer 0).
+    pub position_bias: RelativePositionBias,
+    /// Final RMSNorm.
+    pub final_norm: RmsNorm,
+    dropout: Dropout,
+}
+
+/// −10⁹ where `keep` ([B, S], true = real token) is false: [B, 1, 1, S].
+pub fn padding_bias(keep: &Tensor<2, Bool>) -> Tensor<4> {
+    let [b, s] = keep.dims();
+    Tensor::<2>::zeros([b, s], &keep.device())
+        .mask_fill(keep.clone().bool_not(), MASKED_SCORE)
+        .reshape([b, 1, 1, s])
+}
+
+/// −10⁹ on keys after the query: [1, 1, T, T].
+fn causal_bias(t: usize, device: &Device) -> Tensor<4> {
+    Tensor::<2>::zeros([t, t], device)
+        .mask_fill(future_mask(t, device), MASKED_SCORE)
+        .reshape([1, 1, t, t])
+}
+
+/// Decoder inputs for teacher forcing: the targets shifted right behind the start token (pad, 0).
+/// targets: [B, T] → [B, T].
+pub fn shift_right(targets: Tensor<2, Int>) -> Tensor<2, Int> {
+    let [b, t] = targets.dims();
+    let start = Tensor::<2, Int>::zeros([b, 1], &targets.device()).add_scalar(PAD_ID);
+    Tensor::cat(vec![start, targets.narrow(1, 0, t - 1)], 1)
+}
+
+/// When greedy decoding stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// At EOS, or at the maximum length.
+    Eos,
+    /// Only at the maximum length: every sequence decodes exactly that many tokens (timing).
+    Length,
+}
+
+/// A T5.1.1 encoder-decoder.
+#[derive(Module, Debug)]
+pub struct T5Model {
+    /// Input embedding shared by encoder and decoder: [V, d].
+    pub shared: Embedding,
+    /// Encoder stack (multi-head attention).
+    pub encoder: T5Stack,
+    /// Decoder stack (G K/V heads in self- and cross-attention).
+    pub decoder: T5Stack,
+    /// Untied output projection d → V.
+    pub lm_head: Linear,
+}
+
+/// The decoding state: per decoder layer the self-attention K/V of every past position and the
+/// cross-attention K/V of the encoder output, all with G heads ([B, G, ·, dk]).
+#[derive(Clone, Debug)]
+pub struct DecoderCache {
+    /// Self-attention keys and values per layer: [B, G, t, dk].
+    pub self_kv: Vec<Option<(Tensor<4>, Tensor<4>)>>,
+    /// Cross-attention keys and values per layer: [B, G, S, dk].
+    pub cross_kv: Vec<(Tensor<4>, Tensor<4>)>,
+    /// Encoder padding bias [B, 1, 1, S].
+    pub encoder_bias: Tensor<4>,
+    /// Positions decoded so far.
+    pub position: usize,
+}
+
+impl DecoderCache {
+    /// Number of cached key and value elements (self + cross, all layers): proportional to G.
+    pub fn elements(&self) -> usize {
+        let count =
+            |(k, v): &(Tensor<4>, Tensor<4>)| k.shape().num_elements() + v.shape().num_elements();
+        self.self_kv.iter().flatten().map(count).sum::<usize>()
+            + self.cross_kv.iter().map(count).sum::<usize>()
+    }
+}
+
+impl T5Model {
+    /// Number of K/V heads of the decoder's attention (G).
+    pub fn n_kv_heads(&self) -> usize {
+        self.decoder.layers[0].self_attention.n_kv_heads
+    }
+
+    /// The same weights with every dropout set to `prob` (pre-training 0, fine-tuning 0.1): a
+    /// checkpoint carries no dropout rate, the stage that trains it decides.
+    pub fn with_dropout(mut self, prob: f64) -> Self {
+        let set = |d: &mut Dropout| d.prob = prob;
+        for stack in [&mut self.encoder, &mut self.decoder] {
+            set(&mut stack.dropout);
+            for layer in &mut stack.layers {
+                set(&mut layer.dropout);
+                set(&mut layer.ffn.dropout);
+                set(&mut layer.self_attention.dropout);
+                if let Some(cross) = &mut layer.cross {
+                    set(&mut cross.attention.dropout);
+                }
+            }
+        }
+        self
+    }
+
+    /// Encoder output. inputs: [B, S]; keep: [B, S] (true = real token) → [B, S, d].
+    pub fn encode(&self, inputs: Tensor<2, Int>, keep: &Tensor<2, Bool>) -> Tensor<3> {
+        let s = inputs.dims()[1];
+        let stack = &self.encoder;
+        let mut x = stack.dropout.forward(self.shared.forward(inputs));
+        // Position bias [1, H, S, S] plus the key padding [B, 1, 1, S]: [B, H, S, S].
+        let bias = stack.position_bias.forward(0, s, s) + padding_bias(keep);
+        for layer in &stack.layers {
+            x = layer.forward(x, None, bias.clone(), None);
+        }
+        stack.dropout.forward(stack.final_norm.forward(x))
+    }
+
+    /// Teacher-forced decoder logits. decoder_inputs: [B, T]; encoded: [B, S, d]; keep: [B, S]
+    /// → [B, T, V].
+    pub fn decode(
+        &self,
+        decoder_inputs: Tensor<2, Int>,
+        encoded: &Tensor<3>,
+        keep: &Tensor<2, Bool>,
+    ) -> Tensor<3> {
+        let t = decoder_inputs.dims()[1];
+        let stack = &self.decoder;
+        let device = encoded.device();
+        let mut x = stack.dropout.forward(self.shared.forward(decoder_inputs));
+        let self_bias = stack.position_bias.forward(0, t, t) + causal_bias(t, &device);
+        let cross_bias = padding_bias(keep);
+        for layer in &stack.layers {
+            let cross = Some((CrossSource::Encoded(encoded), cross_bias.clone()));
+            x = layer.forward(x, None, self_bias.clone(), cross);
+        }
+        let x = stack.dropout.forward(stack.final_norm.forward(x));
+        self.lm_head.forward(x)
+    }
+
+    /// Logits of `targets` [B, T] given `inputs` [B, S] (teacher forcing) → [B, T, V].
+    pub fn forward(
+        &self,
+        inputs: Tensor<2, Int>,
+        keep: &Tensor<2, Bool>,
+        targets: Tensor<2, Int>,
+    ) -> Tensor<3> {
+        let encoded = self.encode(inputs, keep);
+        self.decode(shift_right(targets), &encoded, keep)
+    }
+
+    /// Mean token cross-entropy over the non-pad target tokens.
+    pub fn loss(
+        &self,
+        inputs: Tensor<2, Int>,
+        keep: &Tensor<2, Bool>,
+        targets: Tensor<2, Int>,
+    ) -> Tensor<1> {
+        let [b, t] = targets.dims();
+        let logits = self.forward(inputs, keep, targets.clone());
+        let v = logits.dims()[2];
+        let targets = targets.reshape([b * t]);
+        let weights = targets.clone().not_equal_elem(PAD_ID).float();
+        cross_entropy(logits.reshape([b * t, v]), targets, Some(weights))
+    }
+
+    /// Starts cached decoding: projects every decoder layer's cross-attention K/V once.
+    pub fn start_decoding(&self, encoded: &Tensor<3>, keep: &Tensor<2, Bool>) -> DecoderCache {
+        let cross_kv = self
+            .decoder
+            .layers
+            .iter()
+            .map(|layer| {
+                let cross = layer
+                    .cross
+                    .as_ref()
+                    .expect("decoder layers have cross-attention");
+                cross.attention.project_kv(encoded.clone())
+            })
+            .collect();
+        DecoderCache {
+            self_kv: vec![None; self.decoder.layers.len()],
+            cross_kv,
+            encoder_bias: padding_bias(keep),
+            position: 0,
+        }
+    }
+
+    /// One cached decoding step: `tokens` [B, 1] at position `cache.position` → logits [B, 1, V].
+    pub fn decode_step(&self, tokens: Tensor<2, Int>, cache: &mut DecoderCache) -> Tensor<3> {
+        let stack = &self.decoder;
+        let t = cache.position;
+        let mut x = self.shared.forward(tokens);
+        // The query at position t sees keys 0..=t: no causal mask needed.
+        let self_bias = stack.position_bias.forward(t, 1, t + 1);
+        for (i, layer) in stack.layers.iter().enumerate() {
+            let h = layer.self_norm.forward(x.clone());
+            let (k, v) = layer.self_attention.project_kv(h);
+            let (k, v) = match cache.self_kv[i].take() {
+                Some((pk, pv)) => (Tensor::cat(vec![pk, k], 2), Tensor::cat(vec![pv, v], 2)),
+                None => (k, v),
+            };
+            cache.self_kv[i] = Some((k.clone(), v.clone()));
+            let (ck, cv) = &cache.cross_kv[i];
+            let cross = Some((CrossSource::Cached(ck, cv), cache.encoder_bias.clone()));
+            x = layer.forward(x, Some((k, v)), self_bias.clone(), cross);
+        }
+        cache.position += 1;
+        self.lm_head.forward(stack.final_norm.forward(x))
+    }
+
+    /// Greedy decoding of a batch with the KV cache: at most `max_len` tokens per sequence; with
+    /// [`Stop::Eos`] a sequence stops at EOS (kept in its output) and the batch when all have
+    /// stopped. inputs: [B, S]; keep: [B, S] → token ids per sequence.
+    pub fn greedy_decode(
+        &self,
+        inputs: Tensor<2, Int>,
+        keep: &Tensor<2, Bool>,
+        max_len: usize,
+        stop: Stop,
+    ) -> Vec<Vec<i64>> {
+        let b = inputs.dims()[0];
+        let device = inputs.device();
+        let encoded = self.encode(inputs, keep);
+        let mut cache = self.start_decoding(&encoded, keep);
+        let mut outputs: Vec<Vec<i64>> = vec![Vec::new(); b];
+        let mut done = vec![false; b];
+        let mut next = vec![PAD_ID; b];
+        for _ in 0..max_len {
+            let tokens =
+                Tensor::<2, Int>::from_data(TensorData::new(next.clone(), [b, 1]), &device);
+            let logits = self.decode_step(tokens, &mut cache); // [B, 1, V]
+            let best: Vec<i64> = logits
+                .argmax(2)
+                .into_data()
+                .convert::<i64>()
+                .try_into_vec::<i64>()
+                .expect("argmax ids");
+            for i in 0..b {
+                if done[i] {
+                    next[i] = PAD_ID;
+                    continue;
+                }
+                outputs[i].push(best[i]);
+                next[i] = best[i];
+                done[i] = stop == Stop::Eos && best[i] == EOS_ID;
+            }
+            if done.iter().all(|&d| d) {
+                break;
+            }
+        }
+        outputs
+    }
+}
+
+/// How the K/V heads of a group are initialised when converting MHA to GQA (GQA paper §2.1, Fig. 4).
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum KvConversion {
+    /// Mean of the group's heads (the paper's method).
+    Mean,
+    /// The group's first head.
+    First,
+    /// Fresh random weights with T5's K/V initialisation (std d^-½); the paper does not say how.
+    Random,
+}
+
+/// Pools a K or V projection [d, H·dk] (burn's [in, out] layout; column h·dk + j belongs to head h)
+/// to [d, G·dk] with contiguous groups of H/G heads.
+pub fn pool_kv_heads(
+    weight: Tensor<2>,
+    n_heads: usize,
+    groups: usize,
+    method: KvConversion,
+) -> Tensor<2> {
+    let [d, w] = weight.dims();
+    let dk = w / n_heads;
+    let grouped = weight.reshape([d, groups, n_heads / groups, dk]);
+    let pooled = match method {
+        KvConversion::Mean => grouped.mean_dim(2),
+        KvConversion::First => grouped.narrow(2, 0, 1),
+        KvConversion::Random => {
+            let device = grouped.device();
+            Tensor::random(
+                [d, groups, 1, dk],
+                burn::tensor::Distribution::Normal(0.0, (d as f64).powf(-0.5)),
+                &device,
+            )
+        }
+    };
+    pooled.reshape([d, groups * dk])
+}
+
+/// Converts the decoder's self- and cross-attention to `groups` K/V heads (GQA paper §2.1): each
+/// K and V projection is pooled by [`pool_kv_heads`]; Q, O and the position bias are unchanged.
+/// The model must still be multi-head (its G = H); `groups` must divide H.
+pub fn convert_kv_heads(
+    mut model: T5Model,
+    groups: usize,
+    method: KvConversion,
+) -> Result<T5Model, String> {
+    let attention = &model.decoder.layers[0].self_attention;
+    let (h, g) = (attention.n_heads, attention.n_kv_heads);
+    if g != h {
+        return Err(format!(
+            "conversion starts from a multi-head checkpoint; this one already has {g} K/V heads for {h} query heads"
+        ));
+    }
+    if groups == 0 || !h.is_multiple_of(groups) {
+        return Err(format!(
+            "groups {groups} must divide the {h} heads (1 = MQA, {h} = MHA)"
+        ));
+    }
+    let pool = |linear: &mut Linear| {
+        // A new leaf: on an autodiff device the pooled weight is trained from here on.
+        let pooled = pool_kv_heads(linear.weight.val(), h, groups, method).detach();
+        linear.weight = Param::from_tensor(pooled);
+    };
+    for layer in &mut model.decoder.layers {
+        let cross = layer
+            .cross
+            .as_mut()
+            .expect("decoder layers have cross-attention");
+        for attention in [&mut layer.self_attention, &mut cross.attention] {
+            pool(&mut attention.k);
+            pool(&mut attention.v);
+            attention.n_kv_heads = groups;
+        }
+    }
+    Ok(model)
+}

@@ -1,0 +1,631 @@
+//! The GQA paper's uptraining experiments (Table 1 / Figure 3, Figure 4, Figure 5): a multi-head
+//! T5.1.1 is pre-trained with span corruption, converted to MQA / GQA-G by pooling its K/V heads
+//! (mean, first head or random), uptrained for a fraction α of its pre-training steps on the same
+//! objective, fine-tuned on each task, decoded greedily on held-out examples, scored with the
+//! paper's metric for that task, and timed per sample.
+//!
+//! Every stage keeps its own run directory under `<out>/stages/` (checkpoints, `metrics.csv`, the
+//! final model in Hugging Face layout under `model/`), so running the command again resumes an
+//! interrupted stage and reuses finished ones; a stage directory made with another configuration is
+//! refused. One library for the three experiments; each binary only picks its configs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, Result, anyhow, bail};
+use burn::prelude::*;
+use data::registry::{self, Split};
+use data::source::{SourceOptions, split_files};
+use data::tasks::Seq2SeqTask;
+use data::tokenize::{self, Tok, TokenizerSpec};
+use model::t5::{KvConversion, T5Config, T5Model, convert_kv_heads};
+use model::t5_hf;
+use report::{LineChart, Scale, Series};
+use serde::{Deserialize, Serialize};
+use training::lm_task::LmData;
+use training::optimizer::OptimizerConfig;
+use training::schedule::{Decay, Schedule};
+use training::t5_task::{FineTuneTask, SpanCorruptionTask, first_examples, generate};
+use training::trainer::{RunOptions, Task, TrainConfig, stop_on_ctrl_c, train};
+use training::write_atomic;
+
+use crate::Cli;
+use crate::lm_sweep::guard_run_dir;
+
+/// A T5.1.1 shape (the paper's Large and XXL, shrunk at the smaller scales).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SizeConfig {
+    /// Model width.
+    pub d_model: usize,
+    /// Feed-forward width.
+    pub d_ff: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Head width.
+    pub d_kv: usize,
+    /// Layers per stack.
+    pub n_layers: usize,
+}
+
+/// One row of the table: a size, its attention, and how it got there.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    /// Row name, e.g. `GQA-8-XXL`.
+    pub name: String,
+    /// A key of `sizes`.
+    pub size: String,
+    /// K/V heads after conversion; absent = the multi-head model as pre-trained.
+    pub kv_heads: Option<usize>,
+    /// How converted K/V heads start: `mean` (the paper's), `first` or `random`.
+    #[serde(default = "default_conversion")]
+    pub conversion: String,
+    /// Uptraining steps as a fraction of pre-training steps (the paper: 0.05; ablated 0, 0.1).
+    #[serde(default)]
+    pub alpha: f64,
+}
+
+fn default_conversion() -> String {
+    "mean".into()
+}
+
+impl ModelSpec {
+    fn conversion(&self) -> Result<KvConversion> {
+        Ok(match self.conversion.as_str() {
+            "mean" => KvConversion::Mean,
+            "first" => KvConversion::First,
+            "random" => KvConversion::Random,
+            other => bail!(
+                "model `{}`: unknown conversion `{other}`; choose mean, first or random",
+                self.name
+            ),
+        })
+    }
+}
+
+/// How one training stage runs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageConfig {
+    /// Optimizer steps (uptraining: α × the pre-training steps instead).
+    pub steps: usize,
+    /// Examples per step.
+    pub batch: usize,
+    /// Optimizer (the paper: Adafactor).
+    pub optimizer: OptimizerConfig,
+    /// Peak learning rate.
+    pub peak_lr: f64,
+    /// Warm-up steps.
+    pub warmup_steps: usize,
+    /// Decay after warm-up (pre-training: inverse square root; fine-tuning: constant 0.001).
+    pub decay: Decay,
+    /// Dropout (pre-training 0, fine-tuning 0.1).
+    pub dropout: f64,
+    /// Evaluate every this many steps.
+    pub eval_every: usize,
+    /// Held-out windows (span corruption) or examples (fine-tuning) per evaluation.
+    pub eval_size: usize,
+    /// Checkpoint every this many steps.
+    pub checkpoint_every: usize,
+}
+
+impl StageConfig {
+    fn train(&self, steps: usize, seed: u64) -> TrainConfig {
+        TrainConfig {
+            steps,
+            optimizer: self.optimizer,
+            schedule: Schedule {
+                peak_lr: self.peak_lr,
+                warmup_steps: self.warmup_steps.min(steps.saturating_sub(1)),
+                decay: self.decay,
+            },
+            grad_accum: 1,
+            clip_norm: None,
+            eval_every: self.eval_every.min(steps).max(1),
+            checkpoint_every: self.checkpoint_every,
+            seed,
+        }
+    }
+}
+
+/// The score a task reports (GQA paper Table 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskMetric {
+    /// ROUGE-1 F (summaries), rouge-score 0.1.2 with T5's sentence splitting, no stemming.
+    Rouge1,
+    /// Corpus BLEU, sacrebleu 2.6.0 with tokenizer 13a (WMT).
+    Bleu,
+    /// TriviaQA F1 against every answer.
+    F1,
+}
+
+/// A fine-tuning task.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskConfig {
+    /// Column name in the table, e.g. `CNN`.
+    pub name: String,
+    /// Dataset (`datasets list`).
+    pub dataset: String,
+    /// Its score.
+    pub metric: TaskMetric,
+    /// Input tokens (the paper: 512 for CNN/DM and WMT, 2048 for the long summaries and TriviaQA).
+    pub input_length: usize,
+    /// Target tokens, also the decoding limit (the paper: 256, 512 or 32).
+    pub target_length: usize,
+}
+
+/// The pipeline, one file per scale under `experiments/configs/<id>/`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// What the run reproduces.
+    pub description: String,
+    /// A directory holding the datasets' files (as `datasets --data-dir`); empty: the defaults.
+    pub data_dir: String,
+    /// `bytes`, `bpe:N`, `unigram:N`, `file:PATH` or `hub:REPO`.
+    pub tokenizer: String,
+    /// Pre-training (span corruption) corpus.
+    pub corpus: String,
+    /// Span-corruption input length (T5: 512, targets 114).
+    pub input_length: usize,
+    /// Named sizes.
+    pub sizes: BTreeMap<String, SizeConfig>,
+    /// Rows of the table.
+    pub models: Vec<ModelSpec>,
+    /// Pre-training of each size used (uptraining reuses it with α × its steps).
+    pub pretrain: StageConfig,
+    /// Fine-tuning on each task.
+    pub finetune: StageConfig,
+    /// Tasks, in table order.
+    pub tasks: Vec<TaskConfig>,
+    /// Held-out examples decoded and scored per task.
+    pub score_examples: usize,
+    /// Examples decoded together (the paper: up to 32 per chip).
+    pub inference_batch: usize,
+    /// Seed of weights, data order and noise.
+    pub seed: u64,
+}
+
+impl PipelineConfig {
+    fn t5(&self, size: &str, dropout: f64) -> Result<T5Config> {
+        let s = self
+            .sizes
+            .get(size)
+            .with_context(|| format!("size `{size}` is not one of {:?}", self.sizes.keys()))?;
+        let config = T5Config::new(
+            s.d_model, s.d_ff, s.n_heads, s.n_layers, s.n_layers, s.n_heads,
+        )
+        .with_d_kv(s.d_kv)
+        .with_dropout(dropout);
+        config
+            .validate()
+            .map_err(|e| anyhow!("size `{size}`: {e}"))?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.models.is_empty() || self.tasks.is_empty() {
+            bail!("the config needs at least one model and one task");
+        }
+        for m in &self.models {
+            let t5 = self.t5(&m.size, 0.0)?;
+            m.conversion()?;
+            if let Some(g) = m.kv_heads
+                && (g == 0 || !t5.n_heads.is_multiple_of(g))
+            {
+                bail!(
+                    "model `{}`: kv_heads {g} must divide the {} heads of size `{}`",
+                    m.name,
+                    t5.n_heads,
+                    m.size
+                );
+            }
+            if !(0.0..=1.0).contains(&m.alpha) {
+                bail!("model `{}`: alpha {} must be in [0, 1]", m.name, m.alpha);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One row of `scores.csv`: a model on a task.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScoreRow {
+    pub model: String,
+    pub size: String,
+    /// K/V heads of the decoder.
+    pub kv_heads: usize,
+    pub conversion: String,
+    pub alpha: f64,
+    pub task: String,
+    pub metric: String,
+    /// The task's score ×100.
+    pub score: f64,
+    /// Held-out loss after fine-tuning.
+    pub eval_loss: f64,
+    /// Seconds per sample of greedy decoding (encoder included), batch `inference_batch`.
+    pub s_per_sample: f64,
+    /// Examples scored.
+    pub examples: usize,
+    pub device: String,
+}
+
+/// Where the data and tokenizer come from, shared by every stage.
+struct Sources {
+    options: SourceOptions,
+    tok: Tok,
+}
+
+impl Sources {
+    fn data(&self, dataset: &str) -> Result<LmData> {
+        let spec = registry::lookup(dataset)?;
+        Ok(LmData {
+            spec,
+            train_files: split_files(spec, Split::Train, &self.options)?,
+            eval_files: split_files(spec, Split::Validation, &self.options)?,
+            tok: self.tok.clone(),
+        })
+    }
+}
+
+/// Trains one stage (or reuses its finished model) and returns the model.
+struct Stage<'a> {
+    dir: PathBuf,
+    label: String,
+    config: T5Config,
+    train: TrainConfig,
+    flops_per_step: f64,
+    device: &'a Device,
+    stop: &'a std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Stage<'_> {
+    fn run<T: Task<T5Model>>(&self, init: T5Model, task: &mut T) -> Result<T5Model> {
+        guard_run_dir(
+            &self.dir,
+            &serde_json::json!({"model": self.config, "train": self.train}),
+        )?;
+        let final_dir = self.dir.join("model");
+        if final_dir.join("model.safetensors").exists() {
+            let (_, model) = t5_hf::load(&final_dir, self.device).map_err(|e| anyhow!(e))?;
+            return Ok(model);
+        }
+        let opts = RunOptions {
+            stop: self.stop.clone(),
+            devices: 1,
+            flops_per_step: self.flops_per_step,
+            label: self.label.clone(),
+        };
+        let outcome = train(&self.train, init, task, self.device, &self.dir, &opts)?;
+        if outcome.interrupted || self.stop.load(Ordering::SeqCst) {
+            bail!(
+                "interrupted; run the same command again to resume from {}",
+                self.dir.display()
+            );
+        }
+        let model = outcome.model;
+        t5_hf::save(&model, &self.config, &final_dir).map_err(|e| anyhow!(e))?;
+        Ok(model)
+    }
+}
+
+/// Scores `predictions` against the held-out references with the task's metric (×100).
+fn score(metric: TaskMetric, predictions: &[String], references: &[Vec<String>]) -> f64 {
+    use metrics::{bleu, rouge, triviaqa};
+    match metric {
+        TaskMetric::Rouge1 => {
+            let pairs = references
+                .iter()
+                .zip(predictions)
+                .map(|(r, p)| (r[0].as_str(), p.as_str()));
+            rouge::corpus(pairs, rouge::RougeOptions::default()).rouge1
+        }
+        TaskMetric::Bleu => {
+            let segments = predictions
+                .iter()
+                .zip(references)
+                .map(|(p, r)| (p.as_str(), r.iter().map(String::as_str).collect::<Vec<_>>()));
+            bleu::corpus(segments, bleu::BleuTokenizer::default()).bleu
+        }
+        TaskMetric::F1 => {
+            let questions = predictions.iter().zip(references).map(|(p, r)| {
+                (
+                    Some(p.as_str()),
+                    r.iter().map(String::as_str).collect::<Vec<_>>(),
+                )
+            });
+            triviaqa::corpus(questions).f1
+        }
+    }
+}
+
+/// Runs the pipeline (or only the report, with `--report`).
+pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result<()> {
+    if cli.report_only {
+        return render(&cli.out);
+    }
+    let config: PipelineConfig = cli.load_config(builtin)?;
+    config.validate()?;
+    let options = SourceOptions {
+        data_dir: (!config.data_dir.is_empty()).then(|| config.data_dir.clone().into()),
+        ..SourceOptions::default()
+    };
+    let corpus = registry::lookup(&config.corpus)?;
+    let corpus_files = split_files(corpus, Split::Train, &options)?;
+    let tokenizer: TokenizerSpec = config.tokenizer.parse()?;
+    let tok = tokenize::load(
+        &tokenizer,
+        corpus.name,
+        &options.local_root.join("tokenizers"),
+        || {
+            let docs = data::source::ExampleStream::open_at(
+                corpus,
+                corpus_files.clone(),
+                Default::default(),
+            )?;
+            Ok(Box::new(docs.filter_map(Result::ok).map(|e| e.all_text())))
+        },
+    )?;
+    let sources = Sources { options, tok };
+    let provenance = cli.save_provenance(&config)?;
+    let device = cli.backend.train_device()?;
+    let stop = stop_on_ctrl_c();
+    let stages = cli.out.join("stages");
+    let vocab = sources.tok.vocab_size();
+    let span_targets = data::tasks::t5_span_lengths(config.input_length, 0.15, 3.0).1;
+
+    // Pre-training: one multi-head model per size used.
+    let mut pretrained: BTreeMap<String, T5Model> = BTreeMap::new();
+    for m in &config.models {
+        if pretrained.contains_key(&m.size) {
+            continue;
+        }
+        let t5 = config
+            .t5(&m.size, config.pretrain.dropout)?
+            .with_vocab_size(vocab);
+        let stage = Stage {
+            dir: stages.join(format!("pretrain-{}", m.size)),
+            label: format!("pretrain {}", m.size),
+            train: config.pretrain.train(config.pretrain.steps, config.seed),
+            flops_per_step: t5.train_flops(
+                config.pretrain.batch,
+                config.input_length,
+                span_targets,
+            ),
+            config: t5.clone(),
+            device: &device,
+            stop: &stop,
+        };
+        let mut task = SpanCorruptionTask::new(
+            sources.data(&config.corpus)?,
+            config.pretrain.batch,
+            config.input_length,
+            config.pretrain.eval_size,
+            config.seed,
+        )?;
+        device.seed(config.seed);
+        let model = stage.run(t5.init(&device), &mut task)?;
+        pretrained.insert(m.size.clone(), model);
+    }
+
+    // Conversion and uptraining: α × the pre-training steps on the same objective and schedule.
+    let mut models: Vec<(&ModelSpec, T5Config, T5Model)> = Vec::new();
+    for m in &config.models {
+        let base = pretrained[&m.size]
+            .clone()
+            .with_dropout(config.pretrain.dropout);
+        let t5 = config
+            .t5(&m.size, config.pretrain.dropout)?
+            .with_vocab_size(vocab);
+        let Some(groups) = m.kv_heads else {
+            models.push((m, t5, base));
+            continue;
+        };
+        device.seed(config.seed);
+        let converted = convert_kv_heads(base, groups, m.conversion()?).map_err(|e| anyhow!(e))?;
+        let t5 = t5.with_n_kv_heads(groups);
+        let steps = (m.alpha * config.pretrain.steps as f64).round() as usize;
+        if steps == 0 {
+            models.push((m, t5, converted));
+            continue;
+        }
+        let stage = Stage {
+            dir: stages.join(format!(
+                "uptrain-{}-g{groups}-{}-a{}",
+                m.size, m.conversion, m.alpha
+            )),
+            label: format!("uptrain {}", m.name),
+            train: config.pretrain.train(steps, config.seed),
+            flops_per_step: t5.train_flops(
+                config.pretrain.batch,
+                config.input_length,
+                span_targets,
+            ),
+            config: t5.clone(),
+            device: &device,
+            stop: &stop,
+        };
+        let mut task = SpanCorruptionTask::new(
+            sources.data(&config.corpus)?,
+            config.pretrain.batch,
+            config.input_length,
+            config.pretrain.eval_size,
+            config.seed.wrapping_add(1),
+        )?;
+        let model = stage.run(converted, &mut task)?;
+        models.push((m, t5, model));
+    }
+
+    // Fine-tuning, decoding, scoring and timing: every model on every task.
+    let inference = device.clone().without_autodiff();
+    let mut rows: Vec<ScoreRow> = Vec::new();
+    for (m, t5, model) in &models {
+        for task_config in &config.tasks {
+            let format = Seq2SeqTask {
+                input_length: task_config.input_length,
+                target_length: task_config.target_length,
+            };
+            let t5_ft = t5.clone().with_dropout(config.finetune.dropout);
+            let dir = stages.join(format!("finetune-{}-{}", m.name, task_config.name));
+            let stage = Stage {
+                label: format!("finetune {} on {}", m.name, task_config.name),
+                train: config.finetune.train(config.finetune.steps, config.seed),
+                flops_per_step: t5_ft.train_flops(
+                    config.finetune.batch,
+                    task_config.input_length,
+                    task_config.target_length,
+                ),
+                config: t5_ft.clone(),
+                dir,
+                device: &device,
+                stop: &stop,
+            };
+            let data = sources.data(&task_config.dataset)?;
+            let examples = first_examples(
+                data.spec,
+                data.eval_files.clone(),
+                &data.tok,
+                format,
+                config.score_examples,
+            )?;
+            let mut task = FineTuneTask::new(
+                data,
+                format,
+                config.finetune.batch,
+                config.finetune.eval_size,
+            )?;
+            let tuned = stage.run(
+                model.clone().with_dropout(config.finetune.dropout),
+                &mut task,
+            )?;
+            let eval_loss = task.eval_loss(&tuned.valid(), &device)?;
+            let tuned = tuned.valid().to_device(&inference);
+            let start = std::time::Instant::now();
+            let predictions = generate(
+                &tuned,
+                &examples,
+                config.inference_batch,
+                task_config.target_length,
+                task.tokenizer(),
+                &inference,
+            )?;
+            let s_per_sample = start.elapsed().as_secs_f64() / examples.len() as f64;
+            let references: Vec<Vec<String>> =
+                examples.iter().map(|e| e.references.clone()).collect();
+            let value = score(task_config.metric, &predictions, &references);
+            let predictions_path = stage.dir.join("predictions.jsonl");
+            let lines: String = predictions
+                .iter()
+                .zip(&references)
+                .map(|(p, r)| {
+                    serde_json::json!({"prediction": p, "references": r}).to_string() + "\n"
+                })
+                .collect();
+            write_atomic(&predictions_path, lines.as_bytes())?;
+            eprintln!(
+                "{} on {}: {:?} {value:.2}, {s_per_sample:.4} s/sample",
+                m.name, task_config.name, task_config.metric
+            );
+            rows.push(ScoreRow {
+                model: m.name.clone(),
+                size: m.size.clone(),
+                kv_heads: t5.n_kv_heads,
+                conversion: if m.kv_heads.is_some() {
+                    m.conversion.clone()
+                } else {
+                    "-".into()
+                },
+                alpha: m.alpha,
+                task: task_config.name.clone(),
+                metric: format!("{:?}", task_config.metric).to_lowercase(),
+                score: value,
+                eval_loss,
+                s_per_sample,
+                examples: examples.len(),
+                device: provenance.device.clone(),
+            });
+            write_scores(&cli.out, &rows)?;
+        }
+    }
+    render(&cli.out)?;
+    eprintln!("wrote {}", cli.out.display());
+    Ok(())
+}
+
+fn write_scores(out: &Path, rows: &[ScoreRow]) -> Result<()> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        w.serialize(r)?;
+    }
+    write_atomic(&out.join("scores.csv"), &w.into_inner()?)
+}
+
+/// Writes `table.md` (Table 1's layout: time per sample, average, one column per task) and
+/// `score_vs_time.png/svg` (Figure 3: average score against time per sample) from `scores.csv`.
+pub fn render(out: &Path) -> Result<()> {
+    let path = out.join("scores.csv");
+    let rows: Vec<ScoreRow> = csv::Reader::from_path(&path)
+        .with_context(|| format!("cannot read {}: run the experiment first", path.display()))?
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("malformed {}", path.display()))?;
+    let mut tasks: Vec<String> = Vec::new();
+    let mut models: Vec<String> = Vec::new();
+    for r in &rows {
+        if !tasks.contains(&r.task) {
+            tasks.push(r.task.clone());
+        }
+        if !models.contains(&r.model) {
+            models.push(r.model.clone());
+        }
+    }
+    let mut md = String::from(
+        "# GQA uptraining on this machine\n\nGenerated from `scores.csv`. T_infer: seconds per sample of \
+         greedy decoding (encoder included), mean over the tasks; avg: mean of the task scores.\n\n",
+    );
+    md += &format!(
+        "| model | K/V heads | conversion | α | T_infer (s) | avg | {} |\n|{}\n",
+        tasks.join(" | "),
+        "---|".repeat(6 + tasks.len())
+    );
+    let mut points = Vec::new();
+    for m in &models {
+        let mine: Vec<&ScoreRow> = rows.iter().filter(|r| &r.model == m).collect();
+        let first = mine[0];
+        let t = mine.iter().map(|r| r.s_per_sample).sum::<f64>() / mine.len() as f64;
+        let avg = mine.iter().map(|r| r.score).sum::<f64>() / mine.len() as f64;
+        let cells: Vec<String> = tasks
+            .iter()
+            .map(|task| {
+                mine.iter()
+                    .find(|r| &r.task == task)
+                    .map_or("—".into(), |r| format!("{:.1}", r.score))
+            })
+            .collect();
+        md += &format!(
+            "| {m} | {} | {} | {} | {t:.4} | {avg:.1} | {} |\n",
+            first.kv_heads,
+            first.conversion,
+            first.alpha,
+            cells.join(" | ")
+        );
+        points.push(Series {
+            name: m.clone(),
+            points: vec![(t, avg)],
+        });
+    }
+    let device = rows.first().map(|r| r.device.clone()).unwrap_or_default();
+    LineChart {
+        title: format!("Average score vs time per sample — {device}"),
+        x_label: "seconds per sample".into(),
+        y_label: "average score".into(),
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+    }
+    .save(&out.join("score_vs_time"), &points)?;
+    write_atomic(&out.join("table.md"), md.as_bytes())
+}

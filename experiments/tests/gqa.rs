@@ -1,0 +1,164 @@
+//! Smoke runs of the GQA experiments through the same code path as their binaries.
+
+use experiments::{Cli, gqa_decode};
+
+fn cli(id: &'static str, out: &std::path::Path, extra: &[&str]) -> Cli {
+    let mut args = vec![
+        "--profile".to_string(),
+        "smoke".into(),
+        "--out".into(),
+        out.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Cli::parse(id, args).unwrap()
+}
+
+#[test]
+fn gqa_fig6_smoke_times_every_group_count_and_writes_its_files() {
+    let out = std::env::temp_dir().join(format!("gqa-fig6-smoke-{}", std::process::id()));
+    gqa_decode::run(cli("gqa_fig6", &out, &[])).unwrap();
+    let rows: Vec<gqa_decode::DecodeRow> = csv::Reader::from_path(out.join("decode_time.csv"))
+        .unwrap()
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let groups: Vec<usize> = rows.iter().map(|r| r.groups).collect();
+    assert_eq!(groups, [1, 2, 4, 8]);
+    for r in &rows {
+        assert!(r.s_per_sample > 0.0 && r.s_per_sample.is_finite(), "{r:?}");
+        // The cache holds G heads: proportional to G.
+        assert!((r.kv_cache_mib / rows[0].kv_cache_mib - r.groups as f64).abs() < 1e-9);
+    }
+    for file in [
+        "decode_time.png",
+        "decode_time.svg",
+        "table.md",
+        "config.json",
+        "env.json",
+    ] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    std::fs::remove_file(out.join("table.md")).unwrap();
+    gqa_decode::run(cli("gqa_fig6", &out, &["--report"])).unwrap();
+    assert!(out.join("table.md").is_file());
+    let err = gqa_decode::run(cli("gqa_fig6", &out, &["--set", "groups=[3]"])).unwrap_err();
+    assert!(err.to_string().contains("must divide"), "{err}");
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+fn write(dir: &std::path::Path, file: &str, columns: Vec<(&str, Vec<String>)>) {
+    let columns = columns
+        .into_iter()
+        .map(|(name, values)| {
+            (
+                name,
+                std::sync::Arc::new(arrow_array::StringArray::from(values))
+                    as arrow_array::ArrayRef,
+            )
+        })
+        .collect();
+    data::corpus::write_parquet(&dir.join(file), columns).unwrap();
+}
+
+/// The offline corpus's book texts and two of its seq2seq tasks, in their layouts.
+fn tiny_corpus(dir: &std::path::Path) {
+    for split in ["train", "validation"] {
+        let texts: Vec<String> = (0..4)
+            .map(|i| {
+                format!("{split} {i}: ")
+                    + &"Friends, Romans, countrymen, lend me your ears. ".repeat(6)
+            })
+            .collect();
+        write(
+            dir,
+            &format!("data/{split}-00000-of-00001.parquet"),
+            vec![("text", texts)],
+        );
+        for task in ["cues", "modernize"] {
+            let sources: Vec<String> = (0..4)
+                .map(|i| format!("Thou art {i} tymes fayre"))
+                .collect();
+            let targets: Vec<String> = (0..4).map(|i| format!("You are {i} times fair")).collect();
+            write(
+                dir,
+                &format!("{task}/{split}-00000-of-00001.parquet"),
+                vec![("source", sources), ("target", targets)],
+            );
+        }
+    }
+}
+
+#[test]
+fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
+    use experiments::gqa_pipeline;
+    let out = std::env::temp_dir().join(format!("gqa-table1-smoke-{}", std::process::id()));
+    let corpus = out.join("corpus");
+    tiny_corpus(&corpus);
+    let data_dir = format!("data_dir=\"{}\"", corpus.display());
+    let tasks = "tasks=[{ name = \"Cues\", dataset = \"shakespeare_cues\", metric = \"rouge1\", input_length = 32, target_length = 8 }, \
+                 { name = \"Modernize\", dataset = \"shakespeare_modernize\", metric = \"bleu\", input_length = 32, target_length = 8 }]";
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--set", data_dir.as_str(), "--set", tasks];
+        args.extend_from_slice(extra);
+        gqa_pipeline::run(cli("gqa_table1", &out, &args), &|_| {
+            include_str!("../configs/gqa_table1/smoke.toml")
+        })
+    };
+    run(&[]).unwrap();
+    let rows: Vec<gqa_pipeline::ScoreRow> = csv::Reader::from_path(out.join("scores.csv"))
+        .unwrap()
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows.len(), 4 * 2, "every model on every task");
+    let heads: Vec<usize> = rows.iter().step_by(2).map(|r| r.kv_heads).collect();
+    assert_eq!(heads, [4, 4, 1, 2]);
+    for r in &rows {
+        assert!(
+            r.score.is_finite() && (0.0..=100.0).contains(&r.score),
+            "{r:?}"
+        );
+        assert!(r.s_per_sample > 0.0, "{r:?}");
+    }
+    for file in [
+        "table.md",
+        "score_vs_time.png",
+        "score_vs_time.svg",
+        "config.json",
+        "env.json",
+    ] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    let stages = out.join("stages");
+    for stage in [
+        "pretrain-large",
+        "pretrain-xxl",
+        "uptrain-xxl-g1-mean-a0.5",
+        "finetune-GQA-2-XXL-Modernize",
+    ] {
+        assert!(
+            stages.join(stage).join("model/model.safetensors").is_file(),
+            "{stage}"
+        );
+    }
+    // A second run reuses every finished stage and scores the same.
+    let before = std::fs::read_to_string(out.join("scores.csv")).unwrap();
+    run(&[]).unwrap();
+    let strip_times = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| {
+                l.split(',')
+                    .enumerate()
+                    .filter(|(i, _)| *i != 9)
+                    .map(|(_, v)| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect()
+    };
+    assert_eq!(
+        strip_times(&before),
+        strip_times(&std::fs::read_to_string(out.join("scores.csv")).unwrap())
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+}
