@@ -47,6 +47,12 @@ pub struct SizeConfig {
     pub d_kv: usize,
     /// Layers per stack.
     pub n_layers: usize,
+    /// A pre-trained multi-head checkpoint of this shape to start from instead of pre-training
+    /// here: a directory with `config.json` + safetensors, or `hub:OWNER/NAME[@REVISION]` (the
+    /// paper: `hub:google/t5-v1_1-large`, `hub:google/t5-v1_1-xxl`). `pretrain.steps` then counts
+    /// the checkpoint's pre-training steps (T5.1.1: 1,000,000), which α multiplies.
+    #[serde(default)]
+    pub checkpoint: Option<String>,
 }
 
 /// One row of the table: a size, its attention, and how it got there.
@@ -188,6 +194,12 @@ pub struct PipelineConfig {
     pub inference_batch: usize,
     /// Seed of weights, data order and noise.
     pub seed: u64,
+    /// Directory of the stage runs; empty: `<out>/stages`. Experiments naming the same directory
+    /// share every stage they have in common (each stage records its whole lineage and is reused
+    /// only when that matches): the cpu configs of gqa_table1 / fig4 / fig5 share
+    /// `results/gqa_stages`, so the three figures rest on the same pre-trained models.
+    #[serde(default)]
+    pub stages: String,
 }
 
 impl PipelineConfig {
@@ -276,6 +288,9 @@ impl Sources {
 struct Stage<'a> {
     dir: PathBuf,
     label: String,
+    /// Where the initial model came from (the upstream stages' records, or a checkpoint), so a
+    /// stage directory is reused only for the same lineage.
+    origin: serde_json::Value,
     config: T5Config,
     train: TrainConfig,
     flops_per_step: f64,
@@ -285,10 +300,7 @@ struct Stage<'a> {
 
 impl Stage<'_> {
     fn run<T: Task<T5Model>>(&self, init: T5Model, task: &mut T) -> Result<T5Model> {
-        guard_run_dir(
-            &self.dir,
-            &serde_json::json!({"model": self.config, "train": self.train}),
-        )?;
+        guard_run_dir(&self.dir, &self.record())?;
         let final_dir = self.dir.join("model");
         if final_dir.join("model.safetensors").exists() {
             let (_, model) = t5_hf::load(&final_dir, self.device).map_err(|e| anyhow!(e))?;
@@ -311,6 +323,59 @@ impl Stage<'_> {
         t5_hf::save(&model, &self.config, &final_dir).map_err(|e| anyhow!(e))?;
         Ok(model)
     }
+
+    /// The stage's identity: model, training and origin (saved as its `run_config.json`).
+    fn record(&self) -> serde_json::Value {
+        serde_json::json!({"model": self.config, "train": self.train, "origin": self.origin})
+    }
+}
+
+/// A model's key in stage names: its size, then its K/V heads, conversion and α when converted.
+fn model_key(m: &ModelSpec) -> String {
+    match m.kv_heads {
+        None => m.size.clone(),
+        Some(g) => format!("{}-g{g}-{}-a{}", m.size, m.conversion, m.alpha),
+    }
+}
+
+/// A multi-head checkpoint standing in for pre-training. Its shape must be the size's (so the
+/// config says what the table's rows are); its vocabulary must cover the tokenizer's (T5.1.1's 32128
+/// rows cover SentencePiece's 32100 ids). Returns `t5` with the checkpoint's vocabulary size.
+fn load_pretrained(
+    spec: &str,
+    size: &str,
+    t5: T5Config,
+    device: &Device,
+) -> Result<(T5Config, T5Model)> {
+    let dir = data::source::checkpoint_dir(spec, false)?;
+    let (loaded, model) = t5_hf::load(&dir, device).map_err(|e| anyhow!("{spec}: {e}"))?;
+    let shape = |c: &T5Config| {
+        [
+            c.d_model,
+            c.d_ff,
+            c.n_heads,
+            c.d_kv,
+            c.n_encoder_layers,
+            c.n_decoder_layers,
+            c.n_kv_heads,
+        ]
+    };
+    if shape(&loaded) != shape(&t5) {
+        bail!(
+            "size `{size}`: checkpoint {spec} has [d_model, d_ff, n_heads, d_kv, encoder layers, decoder layers, K/V heads] = {:?}, the size says {:?}; make the size's fields the checkpoint's",
+            shape(&loaded),
+            shape(&t5)
+        );
+    }
+    if loaded.vocab_size < t5.vocab_size {
+        bail!(
+            "size `{size}`: checkpoint {spec} has {} embedding rows, fewer than the tokenizer's {} ids; use the checkpoint's tokenizer",
+            loaded.vocab_size,
+            t5.vocab_size
+        );
+    }
+    let t5 = t5.with_vocab_size(loaded.vocab_size);
+    Ok((t5, model))
 }
 
 /// Scores `predictions` against the held-out references with the task's metric (×100).
@@ -374,71 +439,25 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     let provenance = cli.save_provenance(&config)?;
     let device = cli.backend.train_device()?;
     let stop = stop_on_ctrl_c();
-    let stages = cli.out.join("stages");
+    let stages = if config.stages.is_empty() {
+        cli.out.join("stages")
+    } else {
+        PathBuf::from(&config.stages)
+    };
     let vocab = sources.tok.vocab_size();
     let span_targets = data::tasks::t5_span_lengths(config.input_length, 0.15, 3.0).1;
 
-    // Pre-training: one multi-head model per size used.
-    let mut pretrained: BTreeMap<String, T5Model> = BTreeMap::new();
-    for m in &config.models {
-        if pretrained.contains_key(&m.size) {
-            continue;
-        }
-        let t5 = config
-            .t5(&m.size, config.pretrain.dropout)?
-            .with_vocab_size(vocab);
+    // Pre-training and uptraining: span corruption on the corpus with the pre-training schedule.
+    let (device_ref, stop_ref) = (&device, &stop);
+    let span_stage = |dir: String,
+                      label: String,
+                      origin: serde_json::Value,
+                      (steps, data_seed): (usize, u64),
+                      t5: &T5Config| {
         let stage = Stage {
-            dir: stages.join(format!("pretrain-{}", m.size)),
-            label: format!("pretrain {}", m.size),
-            train: config.pretrain.train(config.pretrain.steps, config.seed),
-            flops_per_step: t5.train_flops(
-                config.pretrain.batch,
-                config.input_length,
-                span_targets,
-            ),
-            config: t5.clone(),
-            device: &device,
-            stop: &stop,
-        };
-        let mut task = SpanCorruptionTask::new(
-            sources.data(&config.corpus)?,
-            config.pretrain.batch,
-            config.input_length,
-            config.pretrain.eval_size,
-            config.seed,
-        )?;
-        device.seed(config.seed);
-        let model = stage.run(t5.init(&device), &mut task)?;
-        pretrained.insert(m.size.clone(), model);
-    }
-
-    // Conversion and uptraining: α × the pre-training steps on the same objective and schedule.
-    let mut models: Vec<(&ModelSpec, T5Config, T5Model)> = Vec::new();
-    for m in &config.models {
-        let base = pretrained[&m.size]
-            .clone()
-            .with_dropout(config.pretrain.dropout);
-        let t5 = config
-            .t5(&m.size, config.pretrain.dropout)?
-            .with_vocab_size(vocab);
-        let Some(groups) = m.kv_heads else {
-            models.push((m, t5, base));
-            continue;
-        };
-        device.seed(config.seed);
-        let converted = convert_kv_heads(base, groups, m.conversion()?).map_err(|e| anyhow!(e))?;
-        let t5 = t5.with_n_kv_heads(groups);
-        let steps = (m.alpha * config.pretrain.steps as f64).round() as usize;
-        if steps == 0 {
-            models.push((m, t5, converted));
-            continue;
-        }
-        let stage = Stage {
-            dir: stages.join(format!(
-                "uptrain-{}-g{groups}-{}-a{}",
-                m.size, m.conversion, m.alpha
-            )),
-            label: format!("uptrain {}", m.name),
+            dir: stages.join(dir),
+            label,
+            origin,
             train: config.pretrain.train(steps, config.seed),
             flops_per_step: t5.train_flops(
                 config.pretrain.batch,
@@ -446,33 +465,96 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                 span_targets,
             ),
             config: t5.clone(),
-            device: &device,
-            stop: &stop,
+            device: device_ref,
+            stop: stop_ref,
         };
-        let mut task = SpanCorruptionTask::new(
+        let task = SpanCorruptionTask::new(
             sources.data(&config.corpus)?,
             config.pretrain.batch,
             config.input_length,
             config.pretrain.eval_size,
-            config.seed.wrapping_add(1),
+            data_seed,
+        )?;
+        anyhow::Ok((stage, task))
+    };
+
+    // One multi-head model per size used: pre-trained here, or its given checkpoint; with the
+    // record of where it came from.
+    let mut pretrained: BTreeMap<String, (T5Config, T5Model, serde_json::Value)> = BTreeMap::new();
+    for m in &config.models {
+        if pretrained.contains_key(&m.size) {
+            continue;
+        }
+        let t5 = config
+            .t5(&m.size, config.pretrain.dropout)?
+            .with_vocab_size(vocab);
+        if let Some(spec) = &config.sizes[&m.size].checkpoint {
+            let (t5, model) = load_pretrained(spec, &m.size, t5, &device)?;
+            let origin = serde_json::json!({ "checkpoint": spec });
+            pretrained.insert(m.size.clone(), (t5, model, origin));
+            continue;
+        }
+        let (stage, mut task) = span_stage(
+            format!("pretrain-{}", m.size),
+            format!("pretrain {}", m.size),
+            serde_json::json!({ "init": "random", "seed": config.seed }),
+            (config.pretrain.steps, config.seed),
+            &t5,
+        )?;
+        device.seed(config.seed);
+        let model = stage.run(t5.init(&device), &mut task)?;
+        let origin = stage.record();
+        pretrained.insert(m.size.clone(), (t5, model, origin));
+    }
+
+    // Conversion and uptraining: α × the pre-training steps, on other windows of the corpus.
+    let mut models: Vec<(&ModelSpec, T5Config, T5Model, serde_json::Value)> = Vec::new();
+    for m in &config.models {
+        let (t5, base, origin) = pretrained[&m.size].clone();
+        let base = base.with_dropout(config.pretrain.dropout);
+        let Some(groups) = m.kv_heads else {
+            models.push((m, t5, base, origin));
+            continue;
+        };
+        device.seed(config.seed);
+        let converted = convert_kv_heads(base, groups, m.conversion()?).map_err(|e| anyhow!(e))?;
+        let t5 = t5.with_n_kv_heads(groups);
+        let origin = serde_json::json!({
+            "from": origin,
+            "conversion": m.conversion,
+            "kv_heads": groups,
+            "seed": config.seed,
+        });
+        let steps = (m.alpha * config.pretrain.steps as f64).round() as usize;
+        if steps == 0 {
+            models.push((m, t5, converted, origin));
+            continue;
+        }
+        let (stage, mut task) = span_stage(
+            format!("uptrain-{}", model_key(m)),
+            format!("uptrain {}", m.name),
+            origin,
+            (steps, config.seed.wrapping_add(1)),
+            &t5,
         )?;
         let model = stage.run(converted, &mut task)?;
-        models.push((m, t5, model));
+        models.push((m, t5, model, stage.record()));
     }
 
     // Fine-tuning, decoding, scoring and timing: every model on every task.
     let inference = device.clone().without_autodiff();
     let mut rows: Vec<ScoreRow> = Vec::new();
-    for (m, t5, model) in &models {
+    for (m, t5, model, origin) in &models {
         for task_config in &config.tasks {
             let format = Seq2SeqTask {
                 input_length: task_config.input_length,
                 target_length: task_config.target_length,
             };
             let t5_ft = t5.clone().with_dropout(config.finetune.dropout);
-            let dir = stages.join(format!("finetune-{}-{}", m.name, task_config.name));
+            let dir = stages.join(format!("finetune-{}-{}", model_key(m), task_config.name));
             let stage = Stage {
                 label: format!("finetune {} on {}", m.name, task_config.name),
+                origin: serde_json::json!({ "from": origin, "task": task_config }),
                 train: config.finetune.train(config.finetune.steps, config.seed),
                 flops_per_step: t5_ft.train_flops(
                     config.finetune.batch,
@@ -585,19 +667,35 @@ pub fn render(out: &Path) -> Result<()> {
     }
     let mut md = String::from(
         "# GQA uptraining on this machine\n\nGenerated from `scores.csv`. T_infer: seconds per sample of \
-         greedy decoding (encoder included), mean over the tasks; avg: mean of the task scores.\n\n",
+         greedy decoding (encoder included), mean over the tasks; speedup: the multi-head model of \
+         the same size's T_infer over this one's; avg: mean of the task scores; loss: mean over the \
+         tasks of the fine-tuned model's held-out token cross-entropy (teacher forced), the finer \
+         measure of quality when scores are small.\n\n",
     );
     md += &format!(
-        "| model | K/V heads | conversion | α | T_infer (s) | avg | {} |\n|{}\n",
+        "| model | K/V heads | conversion | α | T_infer (s) | speedup | avg | loss | {} |\n|{}\n",
         tasks.join(" | "),
-        "---|".repeat(6 + tasks.len())
+        "---|".repeat(8 + tasks.len())
     );
+    let t_infer =
+        |mine: &[&ScoreRow]| mine.iter().map(|r| r.s_per_sample).sum::<f64>() / mine.len() as f64;
     let mut points = Vec::new();
     for m in &models {
         let mine: Vec<&ScoreRow> = rows.iter().filter(|r| &r.model == m).collect();
         let first = mine[0];
-        let t = mine.iter().map(|r| r.s_per_sample).sum::<f64>() / mine.len() as f64;
+        let t = t_infer(&mine);
+        // The unconverted row of this size (conversion "-") is the baseline of the speedup.
+        let mha: Vec<&ScoreRow> = rows
+            .iter()
+            .filter(|r| r.size == first.size && r.conversion == "-")
+            .collect();
+        let speedup = if mha.is_empty() {
+            "—".to_string()
+        } else {
+            format!("{:.2}×", t_infer(&mha) / t)
+        };
         let avg = mine.iter().map(|r| r.score).sum::<f64>() / mine.len() as f64;
+        let loss = mine.iter().map(|r| r.eval_loss).sum::<f64>() / mine.len() as f64;
         let cells: Vec<String> = tasks
             .iter()
             .map(|task| {
@@ -607,7 +705,7 @@ pub fn render(out: &Path) -> Result<()> {
             })
             .collect();
         md += &format!(
-            "| {m} | {} | {} | {} | {t:.4} | {avg:.1} | {} |\n",
+            "| {m} | {} | {} | {} | {t:.4} | {speedup} | {avg:.1} | {loss:.3} | {} |\n",
             first.kv_heads,
             first.conversion,
             first.alpha,

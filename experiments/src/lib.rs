@@ -155,15 +155,8 @@ impl Cli {
             .parse()
             .with_context(|| format!("config {source} is not valid TOML"))?;
         for (key, raw) in &self.sets {
-            if !table.contains_key(key) {
-                let keys: Vec<_> = table.keys().cloned().collect();
-                bail!(
-                    "--set {key}: no such field in {source}; fields: {}",
-                    keys.join(", ")
-                );
-            }
-            let value = parse_value(raw);
-            table.insert(key.clone(), value);
+            set_field(&mut table, key, parse_value(raw))
+                .with_context(|| format!("--set {key}: no such field in {source}"))?;
         }
         C::deserialize(toml::Value::Table(table)).with_context(|| format!("bad config {source}"))
     }
@@ -175,6 +168,28 @@ impl Cli {
         write_json(&self.out.join("env.json"), &provenance)?;
         Ok(provenance)
     }
+}
+
+/// Sets `key` (dotted for nested tables: `pretrain.steps`, `sizes.xxl.checkpoint`) in `table`.
+/// Top-level fields must exist (every config file spells them all out); a nested field absent from
+/// the file, an optional one, is added, and the config's `deny_unknown_fields` rejects misspellings.
+fn set_field(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<()> {
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let leaf = parts.pop().unwrap_or(key);
+    let mut here = table;
+    for part in &parts {
+        let fields = here.keys().cloned().collect::<Vec<_>>().join(", ");
+        here = match here.get_mut(*part) {
+            Some(toml::Value::Table(t)) => t,
+            _ => bail!("`{part}` is not a table here; fields: {fields}"),
+        };
+    }
+    if parts.is_empty() && !here.contains_key(leaf) {
+        let fields = here.keys().cloned().collect::<Vec<_>>().join(", ");
+        bail!("fields: {fields}");
+    }
+    here.insert(leaf.to_string(), value);
+    Ok(())
 }
 
 /// A `--set` value: TOML syntax when it parses (`3`, `1e-3`, `[512, 1024]`, `"x"`), else a string.
@@ -338,7 +353,38 @@ mod tests {
             .unwrap()
             .load_config::<C>(&builtin)
             .unwrap_err();
-        assert!(err.to_string().contains("no such field"), "{err}");
+        assert!(format!("{err:#}").contains("no such field"), "{err:#}");
+        // Dotted keys reach nested tables; a nested field may be added, a missing table may not.
+        #[derive(serde::Deserialize, Debug)]
+        struct Nested {
+            stage: Stage,
+        }
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        struct Stage {
+            steps: usize,
+            checkpoint: Option<String>,
+        }
+        let nested = |_: Profile| "[stage]\nsteps = 3\n";
+        let cli = parse(&["--set", "stage.steps=7", "--set", "stage.checkpoint=dir"]).unwrap();
+        let c: Nested = cli.load_config(&nested).unwrap();
+        assert_eq!(
+            (c.stage.steps, c.stage.checkpoint.as_deref()),
+            (7, Some("dir"))
+        );
+        let err = parse(&["--set", "stage.stpes=7"])
+            .unwrap()
+            .load_config::<Nested>(&nested)
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("stpes"), "{err:#}");
+        let err = parse(&["--set", "stag.steps=7"])
+            .unwrap()
+            .load_config::<Nested>(&nested)
+            .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("`stag` is not a table"),
+            "{err:#}"
+        );
         let err = parse(&["--set", "steps=many"])
             .unwrap()
             .load_config::<C>(&builtin)

@@ -105,6 +105,17 @@ fn converts_a_checkpoint_and_rejects_bad_requests() {
             vec!["--input", &path(&mha_dir), "--groups", "1"],
             "--output is required",
         ),
+        (
+            vec![
+                "--input",
+                "hub:t5-v1_1-small",
+                "--output",
+                "unused4",
+                "--groups",
+                "1",
+            ],
+            "expected OWNER/NAME",
+        ),
     ] {
         let out = convert(&args);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -134,7 +134,7 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
         "pretrain-large",
         "pretrain-xxl",
         "uptrain-xxl-g1-mean-a0.5",
-        "finetune-GQA-2-XXL-Modernize",
+        "finetune-xxl-g2-mean-a0.5-Modernize",
     ] {
         assert!(
             stages.join(stage).join("model/model.safetensors").is_file(),
@@ -159,6 +159,50 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
     assert_eq!(
         strip_times(&before),
         strip_times(&std::fs::read_to_string(out.join("scores.csv")).unwrap())
+    );
+
+    // A size's `checkpoint` replaces its pre-training: the pre-trained XXL model given as one gives
+    // the same MHA-XXL rows, with no pre-training stage.
+    let checkpoint = format!(
+        "sizes.xxl.checkpoint=\"{}\"",
+        stages.join("pretrain-xxl/model").display()
+    );
+    let out2 = out.join("from-checkpoint");
+    let run2 = |extra: &[&str]| {
+        let mut args = vec!["--set", data_dir.as_str(), "--set", tasks];
+        args.extend_from_slice(extra);
+        gqa_pipeline::run(cli("gqa_table1", &out2, &args), &|_| {
+            include_str!("../configs/gqa_table1/smoke.toml")
+        })
+    };
+    let xxl_only = "models=[{ name = \"MHA-XXL\", size = \"xxl\" }]";
+    run2(&["--set", xxl_only, "--set", &checkpoint]).unwrap();
+    assert!(!out2.join("stages/pretrain-xxl").exists());
+    let mha_xxl = |s: &str| -> Vec<String> {
+        strip_times(s)
+            .into_iter()
+            .filter(|l| l.starts_with("MHA-XXL,"))
+            .collect()
+    };
+    assert_eq!(
+        mha_xxl(&before),
+        mha_xxl(&std::fs::read_to_string(out2.join("scores.csv")).unwrap())
+    );
+    // Stages record their lineage: sharing the first run's stages, the fine-tuning of a model
+    // that came from the checkpoint does not reuse the one that came from pre-training here.
+    let shared = format!("stages=\"{}\"", stages.display());
+    let err = run2(&["--set", xxl_only, "--set", &checkpoint, "--set", &shared]).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("finetune-xxl-Cues holds a run with another configuration"),
+        "{err:#}"
+    );
+    // A checkpoint of another shape is refused, naming both shapes.
+    let wrong = checkpoint.replace("sizes.xxl", "sizes.large");
+    let large_only = "models=[{ name = \"MHA-Large\", size = \"large\" }]";
+    let err = run2(&["--set", large_only, "--set", &wrong]).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("make the size's fields the checkpoint's"),
+        "{err:#}"
     );
     std::fs::remove_dir_all(&out).unwrap();
 }

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
-use hf_hub::repository::RepoTreeEntry;
-use hf_hub::{HFClient, HFClientSync, HFRepositorySync, RepoTypeDataset};
+use hf_hub::repository::{RepoTreeEntry, RepoType};
+use hf_hub::{HFClient, HFClientSync, HFRepositorySync, RepoTypeDataset, RepoTypeModel};
 
 use crate::registry::{DatasetSpec, Origin, Split};
 use crate::source::list_dir;
@@ -38,32 +38,46 @@ fn hub_origin(spec: &DatasetSpec) -> Result<(&'static str, &'static str)> {
     }
 }
 
-fn repository(repo: &str) -> Result<HFRepositorySync<RepoTypeDataset>> {
-    let (owner, name) = repo
-        .split_once('/')
-        .ok_or_else(|| anyhow!("bad repo id {repo}"))?;
-    let client: HFClientSync = HFClient::builder()
+fn client() -> Result<HFClientSync> {
+    HFClient::builder()
         .build_sync()
-        .map_err(|e| anyhow!("hub client: {e}"))?;
-    Ok(client.dataset(owner, name))
+        .map_err(|e| anyhow!("hub client: {e}"))
+}
+
+fn owner_name(repo: &str) -> Result<(&str, &str)> {
+    repo.split_once('/')
+        .ok_or_else(|| anyhow!("bad repo id `{repo}`: expected OWNER/NAME"))
+}
+
+fn repository(repo: &str) -> Result<HFRepositorySync<RepoTypeDataset>> {
+    let (owner, name) = owner_name(repo)?;
+    Ok(client()?.dataset(owner, name))
 }
 
 /// The cache directory of a dataset repo: `<cache>/datasets--owner--name`.
 pub fn repo_cache_dir(repo: &str) -> PathBuf {
-    hf_hub::resolve_cache_dir().join(format!("datasets--{}", repo.replace('/', "--")))
+    cache_dir(RepoTypeDataset, repo)
+}
+
+/// The cache directory of a repo of any kind: `<cache>/{models,datasets,..}--owner--name`.
+fn cache_dir<T: RepoType>(kind: T, repo: &str) -> PathBuf {
+    hf_hub::resolve_cache_dir().join(format!("{}--{}", kind.plural(), repo.replace('/', "--")))
+}
+
+/// The snapshot directory the cache's `refs/<revision>` points at, if any.
+fn cached_snapshot<T: RepoType>(kind: T, repo: &str, revision: &str) -> Option<PathBuf> {
+    let dir = cache_dir(kind, repo);
+    let commit = std::fs::read_to_string(dir.join("refs").join(revision)).ok()?;
+    let snapshot = dir.join("snapshots").join(commit.trim());
+    snapshot.is_dir().then_some(snapshot)
 }
 
 /// Files of `split` already in the cache, for `revision` (read from the cache's `refs/`).
 pub fn cached_split_files(spec: &DatasetSpec, split: Split) -> Result<Vec<PathBuf>> {
     let (repo, revision) = hub_origin(spec)?;
-    let dir = repo_cache_dir(repo);
-    let Ok(commit) = std::fs::read_to_string(dir.join("refs").join(revision)) else {
+    let Some(snapshot) = cached_snapshot(RepoTypeDataset, repo, revision) else {
         return Ok(Vec::new());
     };
-    let snapshot = dir.join("snapshots").join(commit.trim());
-    if !snapshot.is_dir() {
-        return Ok(Vec::new());
-    }
     Ok(list_dir(&snapshot)?
         .into_iter()
         .filter(|p| spec.matches(p, split))
@@ -141,8 +155,8 @@ pub fn split_files(spec: &DatasetSpec, split: Split, offline: bool) -> Result<Ve
 }
 
 /// Downloads one file into the cache, resuming a partial download; returns its snapshot path.
-pub fn download(
-    r: &HFRepositorySync<RepoTypeDataset>,
+pub fn download<T: RepoType>(
+    r: &HFRepositorySync<T>,
     repo: &str,
     revision: &str,
     filename: &str,
@@ -153,7 +167,9 @@ pub fn download(
         .revision(revision)
         .send()
         .map_err(|e| anyhow!("{repo}/{filename}: {e}"))?;
-    let blob = repo_cache_dir(repo).join("blobs").join(&meta.etag);
+    let blob = cache_dir(*r.repo_type(), repo)
+        .join("blobs")
+        .join(&meta.etag);
     if meta.xet_hash.is_none() && !blob.exists() {
         let partial = PathBuf::from(format!("{}.incomplete", blob.display()));
         std::fs::create_dir_all(partial.parent().unwrap_or(Path::new(".")))?;
@@ -200,6 +216,98 @@ pub fn download(
         .revision(revision.to_string())
         .send()
         .map_err(|e| anyhow!("{repo}/{filename}: {e}"))
+}
+
+/// The files of a T5 checkpoint in Hugging Face layout that `model::t5_hf::load` reads: `config.json`
+/// and either `model.safetensors` or `model.safetensors.index.json` with its shards. Anything else
+/// in the repo (PyTorch `.bin`, TF, Flax, tokenizer files) is not downloaded.
+pub fn checkpoint_files(listing: &[String]) -> std::result::Result<Vec<String>, String> {
+    let has = |f: &str| listing.iter().any(|p| p == f);
+    if !has("config.json") {
+        return Err("has no config.json".into());
+    }
+    let weights: Vec<String> = if has("model.safetensors") {
+        vec!["model.safetensors".into()]
+    } else if has("model.safetensors.index.json") {
+        std::iter::once("model.safetensors.index.json".to_string())
+            .chain(
+                listing
+                    .iter()
+                    .filter(|p| {
+                        !p.contains('/') && p.starts_with("model-") && p.ends_with(".safetensors")
+                    })
+                    .cloned(),
+            )
+            .collect()
+    } else {
+        let others: Vec<&str> = listing
+            .iter()
+            .map(String::as_str)
+            .filter(|p| p.ends_with(".bin") || p.ends_with(".h5") || p.ends_with(".msgpack"))
+            .collect();
+        return Err(format!(
+            "has no model.safetensors (only {}); pick a revision that has one (the hub's safetensors conversion pull requests are `refs/pr/N`: REPO@refs/pr/N) or convert the weights to safetensors and pass the directory",
+            if others.is_empty() {
+                "non-weight files".to_string()
+            } else {
+                others.join(", ")
+            }
+        ));
+    };
+    Ok(std::iter::once("config.json".to_string())
+        .chain(weights)
+        .collect())
+}
+
+/// A model checkpoint `OWNER/NAME[@REVISION]` from the hub (default revision `main`): its
+/// [`checkpoint_files`] downloaded into the cache (resuming partial files), or, when the hub is
+/// unreachable or `offline`, found there. Returns the snapshot directory holding them.
+pub fn fetch_checkpoint(spec: &str, offline: bool) -> Result<PathBuf> {
+    let (repo, revision) = spec.split_once('@').unwrap_or((spec, "main"));
+    let (owner, name) = owner_name(repo)?;
+    let cached = || {
+        cached_snapshot(RepoTypeModel, repo, revision)
+            .filter(|dir| dir.join("config.json").is_file())
+    };
+    let no_files = |why: String| {
+        anyhow!(
+            "checkpoint {repo}@{revision}: {why}, and it is not in the cache {}; fetch it where the hub is reachable (`datasets fetch-model {spec}`, then copy {}), or pass a directory holding config.json and model.safetensors",
+            hf_hub::resolve_cache_dir().display(),
+            cache_dir(RepoTypeModel, repo).display(),
+        )
+    };
+    if offline {
+        return cached().ok_or_else(|| no_files("--offline was given".into()));
+    }
+    let handle = client()?.model(owner, name);
+    let listing = match handle
+        .list_tree()
+        .revision(revision.to_string())
+        .recursive(true)
+        .send()
+    {
+        Ok(entries) => entries
+            .into_iter()
+            .filter_map(|e| match e {
+                RepoTreeEntry::File { path, .. } => Some(path),
+                _ => None,
+            })
+            .collect::<Vec<_>>(),
+        Err(e) => {
+            let Some(dir) = cached() else {
+                return Err(no_files(format!("the hub is unreachable ({e})")));
+            };
+            eprintln!("warning: {e}; using the cached {}", dir.display());
+            return Ok(dir);
+        }
+    };
+    let files = checkpoint_files(&listing).map_err(|why| anyhow!("{repo}@{revision} {why}"))?;
+    let mut dir = None;
+    for f in &files {
+        let path = download(&handle, repo, revision, f)?;
+        dir = path.parent().map(Path::to_path_buf);
+    }
+    dir.ok_or_else(|| anyhow!("{repo}@{revision}: nothing downloaded"))
 }
 
 /// Bytes, rate and ETA: a bar on a terminal, a line per 10% otherwise.

@@ -125,6 +125,36 @@ fn hub_files(spec: &DatasetSpec, split: Split, _opts: &SourceOptions) -> Result<
     )
 }
 
+/// Where a model checkpoint in Hugging Face layout (config.json + safetensors) is: `hub:OWNER/NAME`
+/// or `hub:OWNER/NAME@REVISION` (e.g. `hub:google/t5-v1_1-xxl`) downloads it into the hub cache, or
+/// finds it there when `offline` or unreachable (feature `hub`); anything else is a directory.
+pub fn checkpoint_dir(spec: &str, offline: bool) -> Result<PathBuf> {
+    match spec.strip_prefix("hub:") {
+        Some(repo) => hub_checkpoint(repo, offline),
+        None => {
+            let dir = PathBuf::from(spec);
+            if !dir.join("config.json").is_file() {
+                bail!(
+                    "checkpoint `{spec}`: no config.json there; pass a directory holding config.json and model.safetensors, or hub:OWNER/NAME[@REVISION]"
+                );
+            }
+            Ok(dir)
+        }
+    }
+}
+
+#[cfg(feature = "hub")]
+fn hub_checkpoint(repo: &str, offline: bool) -> Result<PathBuf> {
+    crate::hub::fetch_checkpoint(repo, offline)
+}
+
+#[cfg(not(feature = "hub"))]
+fn hub_checkpoint(repo: &str, _offline: bool) -> Result<PathBuf> {
+    bail!(
+        "checkpoint hub:{repo}: this build has no hub support (feature `hub`); download config.json and model.safetensors and pass their directory"
+    )
+}
+
 /// A saved place in a split: the file and the row within it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct StreamPosition {

@@ -79,18 +79,35 @@ impl Hub {
             .push((method.clone(), target.clone(), range.clone()));
         let path = target.split('?').next().unwrap().replace("%2F", "/");
 
-        if let Some(rest) = path.strip_prefix("/api/datasets/wmt/wmt14/tree/main") {
+        // Listings: the dataset repo's files are the keys without a model owner's prefix, a model
+        // repo's are the keys under `<owner>/<name>/`.
+        let listing = match (
+            path.strip_prefix("/api/datasets/wmt/wmt14/tree/main"),
+            path.strip_prefix("/api/models/")
+                .and_then(|p| p.split_once("/tree/main")),
+        ) {
+            (Some(rest), _) => Some((rest.to_string(), None)),
+            (None, Some((repo, rest))) => Some((rest.to_string(), Some(format!("{repo}/")))),
+            _ => None,
+        };
+        if let Some((rest, model)) = listing {
             assert!(
                 rest.is_empty() || rest == "/",
                 "listing a subdirectory: {rest}"
             );
-            let mut entries =
-                vec![serde_json::json!({"type": "directory", "oid": "d", "path": "de-en"})];
-            for (p, bytes) in self
-                .files
-                .iter()
-                .filter(|(p, _)| !p.starts_with("google-t5/"))
-            {
+            let mut entries = Vec::new();
+            if model.is_none() {
+                entries.push(serde_json::json!({"type": "directory", "oid": "d", "path": "de-en"}));
+            }
+            for (p, bytes) in &self.files {
+                let p = match &model {
+                    Some(prefix) => match p.strip_prefix(prefix.as_str()) {
+                        Some(p) => p,
+                        None => continue,
+                    },
+                    None if p.starts_with("google") => continue,
+                    None => p,
+                };
                 entries.push(serde_json::json!({"type": "file", "oid": format!("{:040x}", bytes.len()), "size": bytes.len(), "path": p}));
             }
             let body = serde_json::to_vec(&entries).unwrap();
@@ -362,6 +379,115 @@ fn download_resume_cache_and_offline() {
         "de-en/test-NNNNN-of-MMMMM.parquet",
         "datasets fetch",
         "--data-dir",
+    ] {
+        assert!(err.contains(needle), "missing {needle}: {err}");
+    }
+}
+
+/// A T5 checkpoint from a model repo: config.json and the sharded safetensors are fetched (nothing
+/// else), served again from the cache offline; a repo with only PyTorch weights, and no hub with no
+/// cache, are one-line errors naming the fix.
+#[test]
+fn model_checkpoint_download() {
+    let mut files = BTreeMap::new();
+    let repo = "google/t5-v1_1-tiny";
+    let weights: Vec<(&str, Vec<u8>)> = vec![
+        ("config.json", br#"{"model_type": "t5"}"#.to_vec()),
+        (
+            "model.safetensors.index.json",
+            br#"{"weight_map": {}}"#.to_vec(),
+        ),
+        ("model-00001-of-00002.safetensors", vec![7u8; 3000]),
+        ("model-00002-of-00002.safetensors", vec![9u8; 1500]),
+    ];
+    for (f, bytes) in &weights {
+        files.insert(format!("{repo}/{f}"), bytes.clone());
+    }
+    for f in [
+        "pytorch_model.bin",
+        "tokenizer_config.json",
+        "flax_model.msgpack",
+    ] {
+        files.insert(format!("{repo}/{f}"), b"not fetched".to_vec());
+    }
+    files.insert("google/t5-bin-only/config.json".into(), b"{}".to_vec());
+    files.insert(
+        "google/t5-bin-only/pytorch_model.bin".into(),
+        b"torch".to_vec(),
+    );
+    let hub = Hub::start(files);
+    let home = tempfile::tempdir().unwrap();
+    let endpoint = hub.endpoint();
+    let env = [
+        ("HF_ENDPOINT", endpoint.as_str()),
+        ("HF_HOME", home.path().to_str().unwrap()),
+        ("REPRO_HUB_CHUNK_BYTES", "1000"),
+    ];
+
+    let (code, out, err) = datasets(&["fetch-model", repo], &env);
+    assert_eq!(code, 0, "{err}");
+    let dir = std::path::PathBuf::from(out.trim());
+    assert_eq!(
+        dir,
+        home.path()
+            .join("hub/models--google--t5-v1_1-tiny/snapshots")
+            .join(COMMIT)
+    );
+    for (f, bytes) in &weights {
+        assert_eq!(&std::fs::read(dir.join(f)).unwrap(), bytes, "{f}");
+    }
+    for f in [
+        "pytorch_model.bin",
+        "tokenizer_config.json",
+        "flax_model.msgpack",
+    ] {
+        assert!(!dir.join(f).exists(), "{f} was downloaded");
+    }
+    assert!(
+        !hub.log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, p, _)| p.contains("pytorch_model")),
+        "pytorch_model.bin was requested"
+    );
+
+    // Offline (and with the hub gone) the cached snapshot is found.
+    let dead = [
+        ("HF_ENDPOINT", "http://127.0.0.1:9"),
+        ("HF_HOME", home.path().to_str().unwrap()),
+    ];
+    for extra in [&["--offline"][..], &[][..]] {
+        let mut args = vec!["fetch-model", repo];
+        args.extend_from_slice(extra);
+        let (code, out, err) = datasets(&args, &dead);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(std::path::PathBuf::from(out.trim()), dir);
+    }
+
+    // Only PyTorch weights: one line naming what is there and how to get safetensors.
+    let (code, _, err) = datasets(&["fetch-model", "google/t5-bin-only"], &env);
+    assert_ne!(code, 0);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    for needle in ["google/t5-bin-only@main", "pytorch_model.bin", "refs/pr/N"] {
+        assert!(err.contains(needle), "missing {needle}: {err}");
+    }
+
+    // No hub and no cache: one line with both fixes.
+    let empty = tempfile::tempdir().unwrap();
+    let (code, _, err) = datasets(
+        &["fetch-model", "google/t5-v1_1-xxl@main"],
+        &[
+            ("HF_ENDPOINT", "http://127.0.0.1:9"),
+            ("HF_HOME", empty.path().to_str().unwrap()),
+        ],
+    );
+    assert_ne!(code, 0);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    for needle in [
+        "google/t5-v1_1-xxl@main",
+        "datasets fetch-model",
+        "config.json and model.safetensors",
     ] {
         assert!(err.contains(needle), "missing {needle}: {err}");
     }

@@ -2,11 +2,12 @@
 //! the decoder's self- and cross-attention K and V projections are pooled over contiguous groups
 //! of heads; Q, O and everything else are copied.
 //!
-//! `convert_gqa --input DIR --output DIR --groups G [--method mean|first|random] [--seed N]`
+//! `convert_gqa --input DIR|hub:OWNER/NAME[@REV] --output DIR --groups G [--method mean|first|random] [--seed N]`
 //!
-//! DIR holds `config.json` and `model.safetensors` with Hugging Face names: a public
-//! `google/t5-v1_1-*` download or a checkpoint saved by our experiments. The output has the same
-//! layout, its config recording `num_key_value_heads` = G.
+//! The input holds `config.json` and `model.safetensors` (or its shards) with Hugging Face names: a
+//! checkpoint saved by our experiments, a downloaded directory, or a hub repo such as
+//! `hub:google/t5-v1_1-small`, fetched into the Hugging Face cache. The output has the same layout,
+//! its config recording `num_key_value_heads` = G.
 
 use std::path::PathBuf;
 
@@ -15,7 +16,7 @@ use burn::tensor::Device;
 use model::t5::{KvConversion, convert_kv_heads};
 use model::t5_hf;
 
-const USAGE: &str = "usage: convert_gqa --input DIR --output DIR --groups G [--method mean|first|random] [--seed N]";
+const USAGE: &str = "usage: convert_gqa --input DIR|hub:OWNER/NAME[@REV] --output DIR --groups G [--method mean|first|random] [--seed N]";
 
 fn run(mut args: impl Iterator<Item = String>) -> Result<()> {
     let (mut input, mut output, mut groups) = (None, None, None);
@@ -27,7 +28,7 @@ fn run(mut args: impl Iterator<Item = String>) -> Result<()> {
                 .with_context(|| format!("{name} needs a value; {USAGE}"))
         };
         match arg.as_str() {
-            "--input" => input = Some(PathBuf::from(value("--input")?)),
+            "--input" => input = Some(value("--input")?),
             "--output" => output = Some(PathBuf::from(value("--output")?)),
             "--groups" => {
                 let v = value("--groups")?;
@@ -65,6 +66,7 @@ fn run(mut args: impl Iterator<Item = String>) -> Result<()> {
     }
     let device = Device::flex();
     device.seed(seed);
+    let input = data::source::checkpoint_dir(&input, false)?;
     let (config, model) = t5_hf::load(&input, &device).map_err(|e| anyhow!(e))?;
     let converted = convert_kv_heads(model, groups, method).map_err(|e| anyhow!(e))?;
     let config = config.with_n_kv_heads(groups);

