@@ -17,16 +17,16 @@ use anyhow::{Context, Result, anyhow, bail};
 use burn::prelude::*;
 use data::registry::{self, Split};
 use data::source::{SourceOptions, split_files};
-use data::tasks::Seq2SeqTask;
+use data::tasks::{Seq2SeqExample, Seq2SeqTask};
 use data::tokenize::{self, Tok, TokenizerSpec};
-use model::t5::{KvConversion, T5Config, T5Model, convert_kv_heads};
+use model::t5::{KvConversion, Stop, T5Config, T5Model, convert_kv_heads};
 use model::t5_hf;
 use report::{LineChart, Scale, Series};
 use serde::{Deserialize, Serialize};
 use training::lm_task::LmData;
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
-use training::t5_task::{FineTuneTask, SpanCorruptionTask, first_examples, generate};
+use training::t5_task::{FineTuneTask, SpanCorruptionTask, first_examples, generate, pad_batch};
 use training::trainer::{RunOptions, Task, TrainConfig, stop_on_ctrl_c, train};
 use training::write_atomic;
 
@@ -259,7 +259,8 @@ pub struct ScoreRow {
     pub score: f64,
     /// Held-out loss after fine-tuning.
     pub eval_loss: f64,
-    /// Seconds per sample of greedy decoding (encoder included), batch `inference_batch`.
+    /// Seconds per sample of greedy decoding (encoder included), batch `inference_batch`, every
+    /// sample decoding the task's full `target_length` (see `time_per_sample`).
     pub s_per_sample: f64,
     /// Examples scored.
     pub examples: usize,
@@ -376,6 +377,26 @@ fn load_pretrained(
     }
     let t5 = t5.with_vocab_size(loaded.vocab_size);
     Ok((t5, model))
+}
+
+/// Seconds per sample of greedy decoding (encoder included) with every sample decoding exactly
+/// `length` tokens, in batches of `batch`: the same work for every model whatever it outputs (the
+/// paper's models write outputs of similar lengths; small undertrained ones need not, and timing
+/// their EOS-stopped generations would measure their output lengths, not their attention).
+fn time_per_sample(
+    model: &T5Model,
+    examples: &[Seq2SeqExample],
+    batch: usize,
+    length: usize,
+    device: &Device,
+) -> f64 {
+    let start = std::time::Instant::now();
+    for chunk in examples.chunks(batch) {
+        let inputs: Vec<Vec<u32>> = chunk.iter().map(|e| e.inputs.clone()).collect();
+        let (ids, keep) = pad_batch(&inputs, device);
+        let _ = model.greedy_decode(ids, &keep, length, Stop::Length);
+    }
+    start.elapsed().as_secs_f64() / examples.len() as f64
 }
 
 /// Scores `predictions` against the held-out references with the task's metric (×100).
@@ -586,7 +607,6 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             )?;
             let eval_loss = task.eval_loss(&tuned.valid(), &device)?;
             let tuned = tuned.valid().to_device(&inference);
-            let start = std::time::Instant::now();
             let predictions = generate(
                 &tuned,
                 &examples,
@@ -595,7 +615,13 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                 task.tokenizer(),
                 &inference,
             )?;
-            let s_per_sample = start.elapsed().as_secs_f64() / examples.len() as f64;
+            let s_per_sample = time_per_sample(
+                &tuned,
+                &examples,
+                config.inference_batch,
+                task_config.target_length,
+                &inference,
+            );
             let references: Vec<Vec<String>> =
                 examples.iter().map(|e| e.references.clone()).collect();
             let value = score(task_config.metric, &predictions, &references);
@@ -667,7 +693,8 @@ pub fn render(out: &Path) -> Result<()> {
     }
     let mut md = String::from(
         "# GQA uptraining on this machine\n\nGenerated from `scores.csv`. T_infer: seconds per sample of \
-         greedy decoding (encoder included), mean over the tasks; speedup: the multi-head model of \
+         greedy decoding (encoder included; every sample decodes the task's full output length), \
+         mean over the tasks; speedup: the multi-head model of \
          the same size's T_infer over this one's; avg: mean of the task scores; loss: mean over the \
          tasks of the fine-tuned model's held-out token cross-entropy (teacher forced), the finer \
          measure of quality when scores are small.\n\n",
