@@ -95,6 +95,31 @@ pub fn relu2_attention(
         .unwrap_or_else(|| relu2_attention_reference(q, k, v, bias, factor, direction))
 }
 
+/// [`relu2_attention`] with a bias given by factors, `b = A Bᵀ` (FLASH-Quad's RoPE-product bias,
+/// [`crate::layers::RelPosBias::rope_factors`]), without building the [T, T] bias: the scores are
+///
+///   Q Kᵀ · f + A Bᵀ = [Q·f | A] · [K | B]ᵀ,
+///
+/// so the bias widens the query/key dimension by r instead of adding a dense [T, T] matrix and its
+/// gradient; a causal kernel then also skips the bias above the diagonal.
+///
+/// q, k: [N, T, s]; v: [N, T, e]; a, b: [T, r] → [N, T, e].
+pub fn relu2_attention_rank_bias(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    (a, b): (Tensor<2>, Tensor<2>),
+    factor: f64,
+    direction: Direction,
+) -> Tensor<3> {
+    let [n, t, _] = q.dims();
+    let r = a.dims()[1];
+    let per_batch = |x: Tensor<2>| x.unsqueeze::<3>().expand([n, t, r]);
+    let q = Tensor::cat(vec![q.mul_scalar(factor), per_batch(a)], 2); // [N, T, s + r]
+    let k = Tensor::cat(vec![k, per_batch(b)], 2);
+    relu2_attention(q, k, v, None, 1.0, direction)
+}
+
 /// [`relu2_attention`] as plain burn operations (the reference the fused kernel is tested against).
 pub fn relu2_attention_reference(
     q: Tensor<3>,

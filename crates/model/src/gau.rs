@@ -12,7 +12,9 @@
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
-use crate::attention::{ChunkParts, mixed_chunk_attention, relu2_attention};
+use crate::attention::{
+    ChunkParts, mixed_chunk_attention, relu2_attention, relu2_attention_rank_bias,
+};
 use crate::fused::Activation;
 use crate::layers::{
     Direction, Norm, NormKind, RelPosBias, Relu2Scaling, Rope, ScaleOffset, add_to, append,
@@ -182,8 +184,18 @@ impl Gau {
             GauSpan::Quad { window } => {
                 let k = heads.pop().expect("k");
                 let q = heads.pop().expect("q");
-                let bias = self.bias.as_ref().map(|b| b.square(t, &device));
-                relu2_attention(q, k, v, bias, self.scaling.factor(window), self.direction)
+                let factor = self.scaling.factor(window);
+                let rank = self
+                    .bias
+                    .as_ref()
+                    .and_then(|b| b.rope_factors(0..t, t, &device));
+                match rank {
+                    Some(ab) => relu2_attention_rank_bias(q, k, v, ab, factor, self.direction),
+                    None => {
+                        let bias = self.bias.as_ref().map(|b| b.square(t, &device));
+                        relu2_attention(q, k, v, bias, factor, self.direction)
+                    }
+                }
             }
             GauSpan::MixedChunk { chunk, parts } => {
                 let [qq, kq, ql, kl]: [Tensor<3>; 4] = heads.try_into().expect("four heads");

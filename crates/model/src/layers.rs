@@ -311,17 +311,34 @@ impl RelPosBias {
                     Tensor::<1, Int>::from_data(TensorData::new(idx, [n_rows * cols]), device);
                 w.val().select(0, idx).reshape([n_rows, cols])
             }
-            RelPosBias::RopeProduct(ab) => {
-                let ab = ab.val();
-                let a = ab.clone().narrow(0, 0, 1); // [1, 128]
-                let b = ab.narrow(0, 1, 1);
-                let a = Rope::new(ROPE_BIAS_DIM, rows.start, n_rows, device)
-                    .apply(a.expand([n_rows, ROPE_BIAS_DIM]));
-                let b = Rope::new(ROPE_BIAS_DIM, 0, cols, device)
-                    .apply(b.expand([cols, ROPE_BIAS_DIM]));
+            RelPosBias::RopeProduct(_) => {
+                let (a, b) = self.rope_factors(rows, cols, device).expect("rope product");
                 a.matmul(b.transpose())
             }
         }
+    }
+
+    /// The two factors of a [`RelPosBias::RopeProduct`] bias, `rope(a)` for rows `rows` ([rows.len(),
+    /// 128]) and `rope(b)` for columns `0 .. cols` ([cols, 128]), whose product is [`Self::block`];
+    /// `None` for a Toeplitz bias. Attention can take the bias in this rank-128 form and never build
+    /// the [T, T] matrix ([`crate::attention::relu2_attention_rank_bias`]).
+    pub fn rope_factors(
+        &self,
+        rows: std::ops::Range<usize>,
+        cols: usize,
+        device: &Device,
+    ) -> Option<(Tensor<2>, Tensor<2>)> {
+        let RelPosBias::RopeProduct(ab) = self else {
+            return None;
+        };
+        let n_rows = rows.len();
+        let ab = ab.val();
+        let a = ab.clone().narrow(0, 0, 1); // [1, 128]
+        let b = ab.narrow(0, 1, 1);
+        let a = Rope::new(ROPE_BIAS_DIM, rows.start, n_rows, device)
+            .apply(a.expand([n_rows, ROPE_BIAS_DIM]));
+        let b = Rope::new(ROPE_BIAS_DIM, 0, cols, device).apply(b.expand([cols, ROPE_BIAS_DIM]));
+        Some((a, b))
     }
 
     /// The square bias of a sequence of `len` positions: [len, len].

@@ -1,6 +1,7 @@
 //! No causal leakage, and incremental decoding equals the full forward, for every causal model.
 
 use burn::prelude::*;
+use model::layers::TOEPLITZ_MAX_WINDOW;
 use model::{Architecture, Direction, ModelConfig};
 
 use crate::common::*;
@@ -87,12 +88,16 @@ fn bidirectional_models_do_see_the_future() {
 }
 
 /// Feeding tokens one at a time through the decoding state gives the full forward's logits, across
-/// chunk boundaries (tiny chunk = 8, 21 steps).
+/// chunk boundaries (tiny chunk = 8, 21 steps). FLASH-Quad also runs with a 512-token window,
+/// whose RoPE-product bias the forward folds into the queries and keys while decoding builds it.
 #[test]
 fn incremental_decoding_matches_full_forward() {
     let device = device();
-    for arch in Architecture::ALL {
-        let config = ModelConfig::tiny(arch);
+    let rope_bias_quad =
+        ModelConfig::tiny(Architecture::FlashQuad).with_context(TOEPLITZ_MAX_WINDOW);
+    let configs = Architecture::ALL.map(ModelConfig::tiny);
+    for config in configs.into_iter().chain([rope_bias_quad]) {
+        let arch = config.arch;
         device.seed(11);
         let model = perturb(config.init(Direction::Causal, &device), 0.3, 11);
         let ids = tokens(3, BATCH, LEN, config.vocab_size);

@@ -5,7 +5,7 @@
 use burn::prelude::*;
 use model::attention::{
     global_chunk_attention, global_chunk_attention_reference, local_chunk_attention,
-    relu2_attention_reference, softmax_attention_reference,
+    relu2_attention_rank_bias, relu2_attention_reference, softmax_attention_reference,
 };
 use model::fused::{
     self, Activation, AttentionSpec, ROW_BLOCK, ScoreFn, activation, bias_activation, fast_exp,
@@ -195,6 +195,54 @@ fn local_chunk_attention_equals_full_relu2_attention_per_chunk() {
         };
         let names = ["dq", "dk", "dv", "dbias"];
         assert_grads_close(&names, &grads(fused_out), &grads(ref_out), 5e-5, &what);
+    }
+}
+
+#[test]
+fn rank_bias_attention_equals_attention_with_the_dense_bias() {
+    // FLASH-Quad's RoPE-product bias folded into the query/key dimension against the reference
+    // with the [T, T] bias A Bᵀ built: outputs and the gradients of q, k, v, A and B, at an odd
+    // length spanning several row blocks.
+    let dev = autodiff_device();
+    let (n, t, s, e, r) = (3, ROW_BLOCK * 2 + 7, 8, 12, 6);
+    let q = randn([n, t, s], 1, &dev).require_grad();
+    let k = randn([n, t, s], 2, &dev).require_grad();
+    let v = randn([n, t, e], 3, &dev).require_grad();
+    let a = randn([t, r], 4, &dev).mul_scalar(0.3).require_grad();
+    let b = randn([t, r], 5, &dev).mul_scalar(0.3).require_grad();
+    let w = randn([n, t, e], 6, &dev);
+    let factor = 1.0 / t as f64;
+    for direction in [Direction::Causal, Direction::Bidirectional] {
+        let what = format!("{direction:?}");
+        let folded = relu2_attention_rank_bias(
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            (a.clone(), b.clone()),
+            factor,
+            direction,
+        );
+        let dense = relu2_attention_reference(
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            Some(a.clone().matmul(b.clone().transpose())),
+            factor,
+            direction,
+        );
+        assert_close(&values(folded.clone()), &values(dense.clone()), 2e-5, &what);
+        let grads = |out: Tensor<3>| {
+            let gr = backward_with(out, &w);
+            vec![
+                grad(&q, &gr),
+                grad(&k, &gr),
+                grad(&v, &gr),
+                grad(&a, &gr),
+                grad(&b, &gr),
+            ]
+        };
+        let names = ["dq", "dk", "dv", "da", "db"];
+        assert_grads_close(&names, &grads(folded), &grads(dense), 5e-5, &what);
     }
 }
 
