@@ -7,8 +7,9 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use burn::module::Module;
 use burn::optim::AdamConfig;
+use burn::optim::ModuleOptimizer;
 use burn::prelude::*;
-use model::{Architecture, Direction, ModelConfig};
+use model::{Architecture, Direction, LanguageModel, ModelConfig};
 use report::{LineChart, Scale, Series};
 use serde::{Deserialize, Serialize};
 use training::write_atomic;
@@ -94,6 +95,85 @@ fn random_tokens(
     Tensor::from_data(TensorData::new(ids, [batch, len]), device)
 }
 
+/// One model of the sweep at one context, with its optimizer, batch and timings.
+struct Cell {
+    arch: Architecture,
+    context: usize,
+    batch: usize,
+    params: usize,
+    model: Option<LanguageModel>,
+    optim: ModuleOptimizer,
+    tokens: Tensor<2, Int>,
+    times: Vec<f64>,
+    last_loss: f32,
+}
+
+impl Cell {
+    fn new(
+        config: &LatencyConfig,
+        arch: Architecture,
+        context: usize,
+        device: &Device,
+    ) -> Result<Self> {
+        let model_config =
+            ModelConfig::preset(&config.preset, arch, context).map_err(anyhow::Error::msg)?;
+        let batch = (config.tokens_per_batch / context).max(1);
+        device.seed(config.seed);
+        let model = model_config.init(Direction::Causal, device);
+        let tokens = random_tokens(
+            config.seed,
+            batch,
+            context + 1,
+            model_config.vocab_size,
+            device,
+        );
+        Ok(Self {
+            arch,
+            context,
+            batch,
+            params: model.num_params(),
+            model: Some(model),
+            optim: AdamConfig::new().init(),
+            tokens,
+            times: Vec::new(),
+            last_loss: f32::NAN,
+        })
+    }
+
+    /// One training step, timed when `timed`.
+    fn step(&mut self, lr: f64, timed: bool) {
+        let model = self.model.take().expect("model");
+        let start = std::time::Instant::now();
+        let (next, loss) =
+            training::step::causal_lm_step(model, &mut self.optim, self.tokens.clone(), lr);
+        if timed {
+            self.times.push(start.elapsed().as_secs_f64());
+        }
+        self.model = Some(next);
+        self.last_loss = loss;
+    }
+
+    fn row(mut self, device: &str) -> LatencyRow {
+        let (min, max) = self
+            .times
+            .iter()
+            .fold((f64::MAX, 0f64), |(a, b), &t| (a.min(t), b.max(t)));
+        let med = median(&mut self.times);
+        LatencyRow {
+            model: self.arch.name().to_string(),
+            context: self.context,
+            batch: self.batch,
+            params: self.params,
+            median_s_per_step: med,
+            min_s_per_step: min,
+            max_s_per_step: max,
+            tokens_per_s: (self.batch * self.context) as f64 / med,
+            last_loss: self.last_loss,
+            device: device.to_string(),
+        }
+    }
+}
+
 /// Runs the sweep (or only the report, with `--report`).
 pub fn run(cli: Cli) -> Result<()> {
     let csv_path = cli.out.join("latency.csv");
@@ -121,62 +201,30 @@ pub fn run(cli: Cli) -> Result<()> {
     );
     let mut rows = Vec::new();
     let mut progress = Progress::new(archs.len() * config.contexts.len());
-    for &arch in &archs {
-        for &context in &config.contexts {
-            progress.running(format!("{arch} at {context}"));
-            let model_config =
-                ModelConfig::preset(&config.preset, arch, context).map_err(anyhow::Error::msg)?;
-            let batch = (config.tokens_per_batch / context).max(1);
-            device.seed(config.seed);
-            let mut model = model_config.init(Direction::Causal, &device);
-            let params = model.num_params();
-            let mut optim = AdamConfig::new().init();
-            let tokens = random_tokens(
-                config.seed,
-                batch,
-                context + 1,
-                model_config.vocab_size,
-                &device,
-            );
-            let mut times = Vec::new();
-            let mut last_loss = f32::NAN;
-            for step in 0..config.warmup_steps + config.timed_steps {
-                let start = std::time::Instant::now();
-                let (next, loss) = training::step::causal_lm_step(
-                    model,
-                    &mut optim,
-                    tokens.clone(),
-                    config.learning_rate,
-                );
-                model = next;
-                last_loss = loss;
-                if step >= config.warmup_steps {
-                    times.push(start.elapsed().as_secs_f64());
-                }
+    for &context in &config.contexts {
+        progress.running(format!("{} models at {context}", archs.len()));
+        let mut cells = archs
+            .iter()
+            .map(|&arch| Cell::new(&config, arch, context, &device))
+            .collect::<Result<Vec<_>>>()?;
+        // Round-robin over the models, one step each: the machine's speed drifts by tens of
+        // percent over minutes, and interleaving gives every model of a context the same drift,
+        // so their ratios (the parity check) are not skewed by when each ran.
+        for step in 0..config.warmup_steps + config.timed_steps {
+            for cell in &mut cells {
+                cell.step(config.learning_rate, step >= config.warmup_steps);
             }
-            let (min, max) = times
-                .iter()
-                .fold((f64::MAX, 0f64), |(a, b), &t| (a.min(t), b.max(t)));
-            let med = median(&mut times);
-            let row = LatencyRow {
-                model: arch.name().to_string(),
-                context,
-                batch,
-                params,
-                median_s_per_step: med,
-                min_s_per_step: min,
-                max_s_per_step: max,
-                tokens_per_s: (batch * context) as f64 / med,
-                last_loss,
-                device: provenance.device.clone(),
-            };
+        }
+        for cell in cells {
+            let row = cell.row(&provenance.device);
             progress.item(format!(
-                "{arch:<20} T={context:<5} B={batch:<3} {med:8.3} s/step  loss {last_loss:.3}"
+                "{:<20} T={context:<5} B={:<3} {:8.3} s/step  loss {:.3}",
+                row.model, row.batch, row.median_s_per_step, row.last_loss
             ));
             rows.push(row);
-            // Rewritten after every row so an interrupted sweep leaves a valid CSV of what it measured.
-            write_csv(&csv_path, &rows)?;
         }
+        // Rewritten after every context so an interrupted sweep leaves a valid CSV of what it measured.
+        write_csv(&csv_path, &rows)?;
     }
     drop(progress);
     render(&cli.out)?;
@@ -244,6 +292,7 @@ fn comparison(rows: &[LatencyRow]) -> Result<String> {
             r.model, r.context, r.batch, r.median_s_per_step
         );
     }
+    md += &parity(rows, &anchor);
     md += "\n## Growth from the shortest to the longest context\n\n| model | first context | last context | ratio of s/step |\n|---|---|---|---|\n";
     let mut models: Vec<&str> = rows.iter().map(|r| r.model.as_str()).collect();
     models.dedup();
@@ -262,6 +311,52 @@ fn comparison(rows: &[LatencyRow]) -> Result<String> {
         }
     }
     Ok(md)
+}
+
+/// The project's parity requirement: at each context, no architecture's ours/anchor ratio may
+/// exceed another's by more than this, or a speedup between them measures the implementations
+/// rather than the algorithms.
+pub const PARITY_BOUND: f64 = 1.3;
+
+/// Markdown: per context, each model's ours/anchor ratio and the largest over the smallest.
+fn parity(rows: &[LatencyRow], anchor: &[(String, usize, f64)]) -> String {
+    let mut contexts: Vec<usize> = rows.iter().map(|r| r.context).collect();
+    contexts.sort_unstable();
+    contexts.dedup();
+    let mut md = format!(
+        "\n## Parity: ours / anchor per model, and the spread (bound {PARITY_BOUND})\n\n\
+         | context | ratios | largest / smallest | within {PARITY_BOUND}? |\n|---|---|---|---|\n"
+    );
+    for context in contexts {
+        let ratios: Vec<(&str, f64)> = rows
+            .iter()
+            .filter(|r| r.context == context)
+            .filter_map(|r| {
+                let (_, _, a) = anchor
+                    .iter()
+                    .find(|(m, c, _)| *m == r.model && *c == context)?;
+                Some((r.model.as_str(), r.median_s_per_step / a))
+            })
+            .collect();
+        if ratios.len() < 2 {
+            continue;
+        }
+        let (lo, hi) = ratios
+            .iter()
+            .fold((f64::MAX, 0f64), |(lo, hi), &(_, r)| (lo.min(r), hi.max(r)));
+        let listed: Vec<String> = ratios.iter().map(|(m, r)| format!("{m} {r:.2}×")).collect();
+        let verdict = if hi / lo <= PARITY_BOUND {
+            "yes"
+        } else {
+            "**no**"
+        };
+        md += &format!(
+            "| {context} | {} | {:.2} | {verdict} |\n",
+            listed.join(", "),
+            hi / lo
+        );
+    }
+    md
 }
 
 fn read_anchor() -> Result<Vec<(String, usize, f64)>> {

@@ -17,7 +17,7 @@ use crate::attention::{
 };
 use crate::fused::Activation;
 use crate::layers::{
-    Direction, Norm, NormKind, RelPosBias, Relu2Scaling, Rope, ScaleOffset, add_to, append,
+    Direction, Norm, NormKind, RelPosBias, Relu2Scaling, Rope, ScaleOffset, add_to, append, linear,
     linear_columns_activated, normal_init, relu2,
 };
 
@@ -214,7 +214,7 @@ impl Gau {
                 )
             }
         };
-        x + self.out.forward(u * a)
+        x + linear(&self.out, u * a)
     }
 
     /// An empty decoding state.
@@ -290,6 +290,6 @@ impl Gau {
             }
             _ => panic!("decoding cache does not match the layer"),
         };
-        x + self.out.forward(u * a)
+        x + linear(&self.out, u * a)
     }
 }

@@ -356,12 +356,18 @@ impl RelPosBias {
 pub fn linear_columns(linear: &Linear, x: Tensor<3>, start: usize, len: usize) -> Tensor<3> {
     let [b, t, d] = x.dims();
     let w = linear.weight.val().narrow(1, start, len); // [d_in, len]
-    let y = x.reshape([b * t, d]).matmul(w);
+    let y = fused::matmul_2d(x.reshape([b * t, d]), w);
     let y = match &linear.bias {
         Some(bias) => y + bias.val().narrow(0, start, len).unsqueeze::<2>(),
         None => y,
     };
     y.reshape([b, t, len])
+}
+
+/// `linear` applied to `x` ([B, T, d_in] → [B, T, d_out]) through [`fused::matmul_2d`].
+pub fn linear(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
+    let d_out = linear.weight.dims()[1];
+    linear_columns(linear, x, 0, d_out)
 }
 
 /// `act(x W[:, cols] + b[cols])`: [`linear_columns`] followed by an activation, the bias folded
@@ -374,7 +380,7 @@ pub fn linear_columns_activated(
 ) -> Tensor<3> {
     let [b, t, d] = x.dims();
     let w = linear.weight.val().narrow(1, start, len); // [d_in, len]
-    let y = x.reshape([b * t, d]).matmul(w).reshape([b, t, len]);
+    let y = fused::matmul_2d(x.reshape([b * t, d]), w).reshape([b, t, len]);
     let bias = linear.bias.as_ref().map(|b| b.val().narrow(0, start, len));
     fused::bias_activation(y, bias, act)
 }

@@ -12,6 +12,7 @@ use burn::tensor::activation::log_softmax;
 use serde::{Deserialize, Serialize};
 
 use crate::attention::ChunkParts;
+use crate::fused;
 use crate::gau::{Gau, GauCache, GauConfig, GauSpan};
 use crate::layers::{
     Direction, Norm, NormKind, Relu2Scaling, Rope, ScaledSinusoidal, keep_multiplier, normal_init,
@@ -365,7 +366,10 @@ impl LanguageModel {
 
     fn logits(&self, x: Tensor<3>) -> Tensor<3> {
         let x = self.final_norm.forward(x);
-        x.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>())
+        let [b, t, d] = x.dims();
+        let embedding = self.embedding.weight.val(); // [V, d]
+        let vocab = embedding.dims()[0];
+        fused::matmul_2d(x.reshape([b * t, d]), embedding.transpose()).reshape([b, t, vocab])
     }
 
     /// Hidden states before the output projection. tokens: [B, T]; padding: [B, T], `true` on

@@ -20,7 +20,7 @@ use crate::attention::{
 };
 use crate::fused::Activation;
 use crate::layers::{
-    Direction, Norm, NormKind, Relu2Scaling, Rope, add_to, append, linear_columns,
+    Direction, Norm, NormKind, Relu2Scaling, Rope, add_to, append, linear, linear_columns,
     linear_columns_activated, normal_init, relu2,
 };
 
@@ -295,7 +295,7 @@ impl TransformerBlock {
                 a * gate
             }
         };
-        x + self.ffn_out.forward(h)
+        x + linear(&self.ffn_out, h)
     }
 
     /// Full-sequence forward. x: [B, T, d]; rope: tables of width dh for 0..T, or none (absolute
@@ -346,7 +346,7 @@ impl TransformerBlock {
                 )
             }
         };
-        let x = x + self.attn_out.forward(self.merge_heads(a));
+        let x = x + linear(&self.attn_out, self.merge_heads(a));
         self.feed_forward(x)
     }
 
@@ -471,7 +471,7 @@ impl TransformerBlock {
             }
             _ => panic!("decoding cache does not match the block"),
         };
-        let x = x + self.attn_out.forward(self.merge_heads(a));
+        let x = x + linear(&self.attn_out, self.merge_heads(a));
         self.feed_forward(x)
     }
 }

@@ -247,6 +247,55 @@ fn rank_bias_attention_equals_attention_with_the_dense_bias() {
 }
 
 #[test]
+fn fused_matmul_matches_burn_values_and_gradients() {
+    // Odd shapes, and operands that are views (a narrowed and a transposed weight, as the
+    // projections and the tied LM head pass them).
+    let dev = autodiff_device();
+    let a = randn([37, 19], 1, &dev).require_grad();
+    let w = randn([19, 53], 2, &dev).require_grad();
+    let e = randn([29, 19], 3, &dev).require_grad();
+    let up = randn([37, 29], 4, &dev);
+    // (name, the weight leaf, how the operand is built from it: once per backward pass)
+    type Operand = fn(Tensor<2>) -> Tensor<2>;
+    let cases: [(&str, &Tensor<2>, Operand); 3] = [
+        ("leading columns", &w, |w| w.narrow(1, 0, 29)),
+        ("narrowed", &w, |w| w.narrow(1, 17, 29)),
+        ("transposed", &e, |e| e.transpose()),
+    ];
+    for (what, leaf, operand) in cases {
+        let fused_out = fused::matmul_2d(a.clone(), operand(leaf.clone()));
+        let ref_out = a.clone().matmul(operand(leaf.clone()));
+        assert_close(
+            &values(fused_out.clone()),
+            &values(ref_out.clone()),
+            1e-5,
+            what,
+        );
+        let grads = |out: Tensor<2>| {
+            let gr = backward_with(out, &up);
+            vec![grad(&a, &gr), grad(leaf, &gr)]
+        };
+        assert_grads_close(
+            &["da", "dw"],
+            &grads(fused_out),
+            &grads(ref_out),
+            1e-5,
+            what,
+        );
+    }
+    // Without autodiff: the forward alone.
+    let plain = device();
+    let (x, y) = (randn([5, 7], 5, &plain), randn([7, 3], 6, &plain));
+    let what = "plain device";
+    assert_close(
+        &values(fused::matmul_2d(x.clone(), y.clone())),
+        &values(x.matmul(y)),
+        1e-5,
+        what,
+    );
+}
+
+#[test]
 fn fused_cross_entropy_matches_log_softmax_values_and_gradients() {
     let dev = autodiff_device();
     let (n, v) = (37, 50);
