@@ -223,6 +223,8 @@ pub fn run(cli: Cli) -> Result<()> {
             ));
             rows.push(row);
         }
+        // One block of rows per model, as configured, each in context order.
+        rows.sort_by_key(|r| (archs.iter().position(|a| a.name() == r.model), r.context));
         // Rewritten after every context so an interrupted sweep leaves a valid CSV of what it measured.
         write_csv(&csv_path, &rows)?;
     }
@@ -294,8 +296,12 @@ fn comparison(rows: &[LatencyRow]) -> Result<String> {
     }
     md += &parity(rows, &anchor);
     md += "\n## Growth from the shortest to the longest context\n\n| model | first context | last context | ratio of s/step |\n|---|---|---|---|\n";
-    let mut models: Vec<&str> = rows.iter().map(|r| r.model.as_str()).collect();
-    models.dedup();
+    let mut models: Vec<&str> = Vec::new();
+    for r in rows {
+        if !models.contains(&r.model.as_str()) {
+            models.push(&r.model);
+        }
+    }
     for m in models {
         let mine: Vec<&LatencyRow> = rows.iter().filter(|r| r.model == m).collect();
         if let (Some(first), Some(last)) = (

@@ -201,10 +201,12 @@ fn parse_value(raw: &str) -> toml::Value {
         .unwrap_or_else(|| toml::Value::String(raw.to_string()))
 }
 
-/// Runs an experiment's body with denormals flushed to zero ([`model::fused::flush_denormals`]),
-/// turning errors into one line on stderr and exit status 1.
+/// Runs an experiment's body with denormals flushed to zero ([`model::fused::flush_denormals`])
+/// and freed memory kept for reuse ([`model::fused::keep_freed_memory`]), turning errors into one
+/// line on stderr and exit status 1.
 pub fn main_with(id: &'static str, body: impl FnOnce(Cli) -> Result<()>) {
     model::fused::flush_denormals();
+    model::fused::keep_freed_memory();
     let result = Cli::parse(id, std::env::args().skip(1)).and_then(body);
     if let Err(e) = result {
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();

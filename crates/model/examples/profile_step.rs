@@ -27,6 +27,9 @@ fn main() {
     let t: usize = args.get(2).expect(usage).parse().expect(usage);
     let reps: usize = args.get(3).map_or(2, |s| s.parse().expect(usage));
     let b = 8192 / t;
+    // As the experiment binaries run (experiments::main_with).
+    fused::flush_denormals();
+    fused::keep_freed_memory();
     let plain = Device::flex();
     let ad = plain.clone().autodiff();
     ad.seed(0);

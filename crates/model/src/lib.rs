@@ -10,6 +10,11 @@
 //! - [`t5`]: T5.1.1 encoder-decoder with MHA / GQA / MQA decoder attention (the GQA paper);
 //!   [`t5_hf`]: its Hugging Face checkpoints (safetensors) in and out.
 
+/// Everything that links the model crate allocates through mimalloc (why: the workspace
+/// `Cargo.toml`); [`fused::keep_freed_memory`] stops it returning memory to the OS.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub mod attention;
 pub mod flops;
 pub mod fused;
