@@ -299,11 +299,7 @@ fn comparison(rows: &[LatencyRow]) -> Result<String> {
          | model | context | batch | ours (s) | JAX anchor (s) | ours / anchor | tokens/s | model GFLOP/s |\n|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
-        let a = anchor
-            .iter()
-            .find(|(m, c, _)| *m == r.model && *c == r.context)
-            .map(|x| x.2);
-        let (a_s, ratio) = match a {
+        let (a_s, ratio) = match anchor_seconds(&anchor, &r.model, r.context) {
             Some(a) => (
                 format!("{a:.2}"),
                 format!("{:.2}×", r.median_s_per_step / a),
@@ -365,9 +361,7 @@ fn parity(rows: &[LatencyRow], anchor: &[(String, usize, f64)], what: &str) -> S
             .iter()
             .filter(|r| r.context == context)
             .filter_map(|r| {
-                let (_, _, a) = anchor
-                    .iter()
-                    .find(|(m, c, _)| *m == r.model && *c == context)?;
+                let a = anchor_seconds(anchor, &r.model, context)?;
                 Some((r.model.as_str(), r.median_s_per_step / a))
             })
             .collect();
@@ -390,6 +384,14 @@ fn parity(rows: &[LatencyRow], anchor: &[(String, usize, f64)], what: &str) -> S
         );
     }
     md
+}
+
+/// The anchor's seconds per step for `model` at `context`, if it timed that pair.
+fn anchor_seconds(anchor: &[(String, usize, f64)], model: &str, context: usize) -> Option<f64> {
+    anchor
+        .iter()
+        .find(|(m, c, _)| m == model && *c == context)
+        .map(|&(_, _, s)| s)
 }
 
 fn read_anchor(csv: &str) -> Result<Vec<(String, usize, f64)>> {

@@ -1461,18 +1461,39 @@ pub fn bias_activation<const D: usize>(
 // ---------------------------------------------------------------------------------------------
 // Dense matrix products.
 
-/// `A · B` for row-major A [m, k] and B [k, n], multi-threaded: [m, n].
-fn product(a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) -> Vec<f32> {
+/// How a product operand's buffer holds the [rows, cols] matrix it stands for.
+#[derive(Clone, Copy)]
+enum Stored {
+    /// Row-major [rows, cols].
+    AsIs,
+    /// Row-major [cols, rows]: the operand is that buffer transposed, read through its strides.
+    Transposed,
+}
+
+/// `A · B` for A [m, k] and B [k, n], each held as `Stored` says, multi-threaded: row-major [m, n].
+fn product(
+    (a, a_stored): (&[f32], Stored),
+    (b, b_stored): (&[f32], Stored),
+    (m, k, n): (usize, usize, usize),
+) -> Vec<f32> {
+    assert_eq!((a.len(), b.len()), (m * k, k * n), "product operand sizes");
+    // (row stride, column stride) of a [rows, cols] operand.
+    let strides = |stored, rows: usize, cols: usize| match stored {
+        Stored::AsIs => (cols, 1),
+        Stored::Transposed => (1, rows),
+    };
+    let ((a_rs, a_cs), (b_rs, b_cs)) = (strides(a_stored, m, k), strides(b_stored, k, n));
     let mut c = vec![0f32; m * n];
-    // SAFETY: a holds m × k, b k × n and c m × n elements, all row-major.
+    // SAFETY: a holds m × k and b k × n elements (checked), which either layout's strides stay
+    // inside; c holds m × n, row-major.
     unsafe {
         matmul(
             (m, n, k),
             c.as_mut_ptr(),
             n,
             false,
-            (a.as_ptr(), k, 1),
-            (b.as_ptr(), n, 1),
+            (a.as_ptr(), a_rs, a_cs),
+            (b.as_ptr(), b_rs, b_cs),
             1.0,
             Parallelism::Rayon(0),
         );
@@ -1505,39 +1526,13 @@ impl Backward<Flex, 2> for ProductBackward {
         let (a, b, g) = (slice(&a), slice(&b), slice(&grad));
         let [a_node, b_node] = &ops.parents;
         if let Some(node) = a_node {
-            // dA = dC · Bᵀ: [m, n] · [n, k], Bᵀ read through B's strides.
-            let mut da = vec![0f32; m * k];
-            // SAFETY: g is m × n, b k × n (read transposed), da m × k.
-            unsafe {
-                matmul(
-                    (m, k, n),
-                    da.as_mut_ptr(),
-                    k,
-                    false,
-                    (g.as_ptr(), n, 1),
-                    (b.as_ptr(), 1, n),
-                    1.0,
-                    Parallelism::Rayon(0),
-                );
-            }
+            // dA = dC · Bᵀ: [m, n] · [n, k].
+            let da = product((g, Stored::AsIs), (b, Stored::Transposed), (m, n, k));
             grads.register::<Flex>(node.id, flex_from(da, vec![m, k]));
         }
         if let Some(node) = b_node {
             // dB = Aᵀ · dC: [k, m] · [m, n].
-            let mut db = vec![0f32; k * n];
-            // SAFETY: a is m × k (read transposed), g m × n, db k × n.
-            unsafe {
-                matmul(
-                    (k, n, m),
-                    db.as_mut_ptr(),
-                    n,
-                    false,
-                    (a.as_ptr(), 1, k),
-                    (g.as_ptr(), n, 1),
-                    1.0,
-                    Parallelism::Rayon(0),
-                );
-            }
+            let db = product((a, Stored::Transposed), (g, Stored::AsIs), (k, m, n));
             grads.register::<Flex>(node.id, flex_from(db, vec![k, n]));
         }
     }
@@ -1562,7 +1557,11 @@ pub fn matmul_2d(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
                 return a.matmul(b);
             };
             let (pa, pb) = (contiguous(&pa), contiguous(&pb));
-            let c = product(slice(&pa), slice(&pb), (m, k, n));
+            let c = product(
+                (slice(&pa), Stored::AsIs),
+                (slice(&pb), Stored::AsIs),
+                (m, k, n),
+            );
             Tensor::from_primitive::<Flex>(flex_from(c, vec![m, n]))
         }
         Route::Autodiff => {
@@ -1573,7 +1572,11 @@ pub fn matmul_2d(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
                 return a.matmul(b);
             };
             let (pa, pb) = (contiguous(ta.primitive()), contiguous(tb.primitive()));
-            let c = product(slice(&pa), slice(&pb), (m, k, n));
+            let c = product(
+                (slice(&pa), Stored::AsIs),
+                (slice(&pb), Stored::AsIs),
+                (m, k, n),
+            );
             let out = record(
                 ProductBackward,
                 [ta.node(), tb.node()],
