@@ -120,7 +120,7 @@ pub fn run(cli: Cli) -> Result<()> {
     for &g in &config.groups {
         config.model(g).validate().map_err(anyhow::Error::msg)?;
     }
-    let device = cli.backend.device()?;
+    let device = cli.one_device()?.device()?;
     let provenance = cli.save_provenance(&config)?;
     eprintln!(
         "gqa_fig6 ({}): {} on {}",

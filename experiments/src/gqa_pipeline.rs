@@ -309,11 +309,11 @@ impl Stage<'_> {
         }
         let opts = RunOptions {
             stop: self.stop.clone(),
-            devices: 1,
             flops_per_step: self.flops_per_step,
             label: self.label.clone(),
         };
-        let outcome = train(&self.train, init, task, self.device, &self.dir, &opts)?;
+        let devices = std::slice::from_ref(self.device);
+        let outcome = train(&self.train, init, task, devices, &self.dir, &opts)?;
         if outcome.interrupted || self.stop.load(Ordering::SeqCst) {
             bail!(
                 "interrupted; run the same command again to resume from {}",
@@ -458,7 +458,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     )?;
     let sources = Sources { options, tok };
     let provenance = cli.save_provenance(&config)?;
-    let device = cli.backend.train_device()?;
+    let device = cli.one_device()?.train_device()?;
     let stop = stop_on_ctrl_c();
     let stages = if config.stages.is_empty() {
         cli.out.join("stages")

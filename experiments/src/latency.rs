@@ -212,7 +212,7 @@ pub fn run(cli: Cli) -> Result<()> {
             "table11 config: timed_steps, contexts and tokens_per_batch must be non-empty / positive"
         );
     }
-    let device = cli.backend.train_device()?;
+    let device = cli.one_device()?.train_device()?;
     let provenance = cli.save_provenance(&config)?;
     eprintln!(
         "table11 ({}): {} on {}",

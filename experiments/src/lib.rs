@@ -60,6 +60,8 @@ pub struct Cli {
     pub profile: Profile,
     /// Backend.
     pub backend: Backend,
+    /// Devices to train on, data-parallel (`--devices N`; 1 unless the experiment trains LMs).
+    pub devices: usize,
     /// A config file replacing the profile's.
     pub config: Option<PathBuf>,
     /// `key=value` overrides, applied in order.
@@ -70,14 +72,15 @@ pub struct Cli {
     pub report_only: bool,
 }
 
-const USAGE: &str = "options: [--profile smoke|cpu|paper] [--device flex|wgpu|tch|cuda] [--config FILE] \
-[--set key=value]... [--out DIR] [--report]";
+const USAGE: &str = "options: [--profile smoke|cpu|paper] [--device flex|wgpu|tch|cuda] [--devices N] \
+[--config FILE] [--set key=value]... [--out DIR] [--report]";
 
 impl Cli {
     /// Parses `args` (without the program name) for experiment `id`.
     pub fn parse(id: &'static str, args: impl IntoIterator<Item = String>) -> Result<Self> {
         let mut profile = Profile::Cpu;
         let mut backend = Backend::default();
+        let mut devices = 1;
         let mut config = None;
         let mut sets = Vec::new();
         let mut out = None;
@@ -99,6 +102,12 @@ impl Cli {
             match flag.as_str() {
                 "--profile" => profile = value("--profile")?.parse()?,
                 "--device" => backend = value("--device")?.parse()?,
+                "--devices" => {
+                    let v = value("--devices")?;
+                    devices = v.parse().ok().filter(|&n| n > 0).with_context(|| {
+                        format!("--devices expects a positive count, got `{v}`")
+                    })?;
+                }
                 "--config" => config = Some(PathBuf::from(value("--config")?)),
                 "--out" => out = Some(PathBuf::from(value("--out")?)),
                 "--set" => {
@@ -122,6 +131,7 @@ impl Cli {
             id,
             profile,
             backend,
+            devices,
             config,
             sets,
             out,
@@ -161,9 +171,32 @@ impl Cli {
         C::deserialize(toml::Value::Table(table)).with_context(|| format!("bad config {source}"))
     }
 
+    /// The training devices: `--devices` of the backend, for the experiments that train data-parallel
+    /// (the LM sweeps).
+    pub fn train_devices(&self) -> Result<Vec<burn::tensor::Device>> {
+        self.backend.train_devices(self.devices)
+    }
+
+    /// The backend of an experiment that runs on one device; `--devices N > 1` is refused rather
+    /// than ignored.
+    pub fn one_device(&self) -> Result<Backend> {
+        if self.devices > 1 {
+            bail!(
+                "--devices {}: `{}` runs on one device (fig5, fig6 and table3 train data-parallel)",
+                self.devices,
+                self.id
+            );
+        }
+        Ok(self.backend)
+    }
+
     /// Saves the resolved config and the provenance beside the results.
     pub fn save_provenance<C: Serialize>(&self, config: &C) -> Result<Provenance> {
-        let provenance = Provenance::collect(training::device::describe(self.backend));
+        let mut device = training::device::describe(self.backend);
+        if self.devices > 1 {
+            device = format!("{device} × {} devices", self.devices);
+        }
+        let provenance = Provenance::collect(device);
         write_json(&self.out.join("config.json"), config)?;
         write_json(&self.out.join("env.json"), &provenance)?;
         Ok(provenance)
@@ -335,6 +368,12 @@ mod tests {
         assert!(e(&["--device", "tpu"]).contains("unknown device `tpu`"));
         assert!(e(&["--frobnicate"]).contains("unknown option `--frobnicate`"));
         assert!(e(&["--set", "novalue"]).contains("key=value"));
+        assert!(e(&["--devices", "0"]).contains("positive count"));
+        assert!(e(&["--devices", "two"]).contains("positive count"));
+        let two = parse(&["--devices", "2"]).unwrap();
+        assert_eq!(two.devices, 2);
+        let err = two.one_device().unwrap_err().to_string();
+        assert!(err.contains("`table11` runs on one device"), "{err}");
     }
 
     #[test]

@@ -171,6 +171,9 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         return render(&cli.out, &table, None);
     }
     let config: LmSweepConfig = cli.load_config(builtin)?;
+    // Before anything is written (or a tokenizer trained): a device count the backend cannot give is refused up front.
+    let devices = cli.train_devices()?;
+    let device = devices[0].clone();
     let spec = registry::lookup(&config.dataset)?;
     let parse = |m: &String| -> Result<Architecture> { m.parse().map_err(|e: String| anyhow!(e)) };
     // (name, architecture, variant): the plain models, then the variants.
@@ -224,12 +227,21 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         }))?
         .as_bytes(),
     )?;
-    let device = cli.backend.train_device()?;
     let stop = stop_on_ctrl_c();
     let mut rows: Vec<SweepRow> = Vec::new();
     for &context in &config.contexts {
         for (name, arch, variant) in &models {
             let batch = (config.tokens_per_batch / context).max(1);
+            // Data parallel: the batch is split over the devices, so a step sees the same tokens on
+            // any number of them.
+            if !batch.is_multiple_of(devices.len()) {
+                bail!(
+                    "--devices {}: a batch of {batch} sequences (tokens_per_batch {} / context {context}) does not split evenly; make tokens_per_batch a multiple of context × devices",
+                    devices.len(),
+                    config.tokens_per_batch
+                );
+            }
+            let device_batch = batch / devices.len();
             let tok = tok.clone();
             let mut model_config = ModelConfig::preset(&config.preset, *arch, context)
                 .map_err(|e| anyhow!(e))?
@@ -255,16 +267,19 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             };
             let opts = RunOptions {
                 stop: stop.clone(),
-                devices: 1,
                 flops_per_step: model_config
                     .train_flops_per_step(batch * config.grad_accum, context),
                 label: format!("{name} @ {context}"),
             };
             let run_dir = cli.out.join("runs").join(format!("{name}-{context}"));
-            guard_run_dir(
-                &run_dir,
-                &serde_json::json!({"model": model_config, "train": train_config, "batch": batch}),
-            )?;
+            let mut record =
+                serde_json::json!({"model": model_config, "train": train_config, "batch": batch});
+            // Named only when more than one, so single-device records stay as they were; a run is
+            // resumed only on the device count it started with (its device-hours count them).
+            if devices.len() > 1 {
+                record["devices"] = devices.len().into();
+            }
+            guard_run_dir(&run_dir, &record)?;
             let data = LmData {
                 spec,
                 train_files: train_files.clone(),
@@ -274,12 +289,12 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             let (windows, seed) = (config.eval_windows, config.seed);
             let outcome = match config.objective {
                 Objective::Causal => {
-                    let mut task = CausalLmTask::new(data, batch, context, windows)?;
-                    train(&train_config, model, &mut task, &device, &run_dir, &opts)?
+                    let mut task = CausalLmTask::new(data, device_batch, context, windows)?;
+                    train(&train_config, model, &mut task, &devices, &run_dir, &opts)?
                 }
                 Objective::Masked => {
-                    let mut task = MaskedLmTask::new(data, batch, context, windows, seed)?;
-                    train(&train_config, model, &mut task, &device, &run_dir, &opts)?
+                    let mut task = MaskedLmTask::new(data, device_batch, context, windows, seed)?;
+                    train(&train_config, model, &mut task, &devices, &run_dir, &opts)?
                 }
             };
             rows.extend(outcome.rows.iter().map(|r| SweepRow {

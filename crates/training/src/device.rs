@@ -56,6 +56,40 @@ impl Backend {
     pub fn train_device(self) -> Result<Device> {
         Ok(self.device()?.autodiff())
     }
+
+    /// `n` devices with automatic differentiation for data-parallel training (the first is the
+    /// main one, see `trainer::train`): GPUs 0..n of the backend. `flex` is one device (it already
+    /// uses every core), so more than one is refused.
+    pub fn train_devices(self, n: usize) -> Result<Vec<Device>> {
+        let main = self.train_device()?;
+        if n == 0 {
+            bail!("--devices must be at least 1");
+        }
+        if n == 1 {
+            return Ok(vec![main]);
+        }
+        (0..n).map(|i| self.gpu(i).map(Device::autodiff)).collect()
+    }
+
+    /// GPU `index` of this backend, a data-parallel replica's device.
+    fn gpu(self, index: usize) -> Result<Device> {
+        match self {
+            Backend::Flex => bail!(
+                "--devices: `flex` is one device (it already uses every CPU core); data-parallel training needs --device wgpu, tch or cuda"
+            ),
+            #[cfg(feature = "wgpu")]
+            Backend::Wgpu => Ok(Device::wgpu(burn::tensor::DeviceKind::DiscreteGpu(index))),
+            #[cfg(feature = "tch")]
+            #[allow(deprecated)]
+            Backend::Tch => Ok(Device::libtorch_cuda(index)),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda => Ok(Device::cuda(index)),
+            #[allow(unreachable_patterns)]
+            other => bail!(
+                "device `{other}` is not compiled in: rebuild with `--features {other}` (GPU {index})"
+            ),
+        }
+    }
 }
 
 impl fmt::Display for Backend {
@@ -106,6 +140,14 @@ mod tests {
             err.contains("unknown device `tpu`") && err.contains("flex"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn flex_is_one_device() {
+        assert_eq!(Backend::Flex.train_devices(1).unwrap().len(), 1);
+        let err = Backend::Flex.train_devices(2).unwrap_err().to_string();
+        assert!(err.contains("`flex` is one device"), "{err}");
+        assert!(Backend::Flex.train_devices(0).is_err());
     }
 
     #[cfg(not(feature = "cuda"))]

@@ -4,6 +4,13 @@
 //! Exact resume: a checkpoint holds the model, the optimizer state, the step and counters, the
 //! task's state (data position and RNGs) and the metrics so far; dropout is reseeded from
 //! `seed + step` before every step, so a resumed run takes the same steps as an uninterrupted one.
+//!
+//! Several devices: data parallelism as burn-train's `MultiDeviceOptim::OptimMainDevice` strategy
+//! does it, with burn's own pieces: each step, every device gets a fork of the model
+//! (`Module::fork`) and its own micro-batches; the gradients move to the main device (the first)
+//! (`GradientsParams::to_device`), are summed there (`GradientsAccumulator`), and the optimizer steps
+//! there. The replicas are launched one after another from this thread (burn-train's `Learner` uses
+//! a thread per device); on asynchronous backends (wgpu, cuda) their kernels still overlap.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -90,8 +97,6 @@ struct RunState<S> {
 pub struct RunOptions {
     /// Set by Ctrl-C (or a test): checkpoint at the next step boundary and stop.
     pub stop: Arc<AtomicBool>,
-    /// Devices the step runs on (device-hours = seconds × devices).
-    pub devices: usize,
     /// Training FLOPs of one optimizer step (all micro-batches).
     pub flops_per_step: f64,
     /// Label for progress lines.
@@ -107,6 +112,16 @@ pub struct Outcome<M> {
     pub rows: Vec<MetricsRow>,
     /// The trained model (as of the last step taken).
     pub model: M,
+}
+
+/// Reseeds every device's generator for one step (dropout); device `i` gets `seed + i·2³²`, so
+/// replicas draw different masks, and a device listed twice is seeded once.
+fn seed_devices(devices: &[Device], seed: u64) {
+    for (i, d) in devices.iter().enumerate() {
+        if !devices[..i].contains(d) {
+            d.seed(seed.wrapping_add((i as u64) << 32));
+        }
+    }
 }
 
 /// Installs a Ctrl-C handler that sets `stop` (once per process; later calls share the first flag).
@@ -179,11 +194,15 @@ fn write_metrics(out: &Path, rows: &[MetricsRow]) -> Result<()> {
 
 /// Trains `model` on `task` for `cfg.steps` steps, writing `metrics.csv` and `checkpoint/` under
 /// `out`. A checkpoint already in `out` is resumed from.
+///
+/// `devices`: the model lives, steps and is evaluated on the first; each step takes `cfg.grad_accum`
+/// micro-batches on every device, so a step holds `grad_accum × devices.len()` micro-batches, and
+/// device-hours are training seconds × `devices.len()`.
 pub fn train<M, T>(
     cfg: &TrainConfig,
     model: M,
     task: &mut T,
-    device: &Device,
+    devices: &[Device],
     out: &Path,
     opts: &RunOptions,
 ) -> Result<Outcome<M>>
@@ -191,6 +210,9 @@ where
     M: Module + Clone,
     T: Task<M>,
 {
+    let Some(device) = devices.first() else {
+        bail!("training needs at least one device");
+    };
     if cfg.steps == 0 || cfg.grad_accum == 0 || cfg.eval_every == 0 {
         bail!(
             "steps, grad_accum and eval_every must be positive (got {}, {}, {})",
@@ -256,22 +278,31 @@ where
         }
         let step = run.step + 1;
         let lr = cfg.schedule.lr(step, cfg.steps);
-        device.seed(cfg.seed.wrapping_add(step as u64));
+        seed_devices(devices, cfg.seed.wrapping_add(step as u64));
         let start = Instant::now();
+        let replicas: Vec<M> = std::iter::once(model.clone())
+            .chain(devices[1..].iter().map(|d| model.clone().fork(d)))
+            .collect();
+        let micro_batches = cfg.grad_accum * devices.len();
         let mut accum = GradientsAccumulator::new();
-        let mut loss_sum = 0.0;
+        let mut losses = Vec::with_capacity(micro_batches);
         let mut tokens = 0;
         for _ in 0..cfg.grad_accum {
-            let (loss, n) = task.train_loss(&model, device)?;
-            let scaled = loss.clone() / cfg.grad_accum as f64;
-            accum.accumulate(
-                &model,
-                GradientsParams::from_grads(scaled.backward(), &model),
-            );
-            loss_sum += loss.into_scalar::<f32>() as f64;
-            tokens += n;
+            for (replica, d) in replicas.iter().zip(devices) {
+                let (loss, n) = task.train_loss(replica, d)?;
+                let scaled = loss.clone() / micro_batches as f64;
+                let grads = GradientsParams::from_grads(scaled.backward(), replica);
+                accum.accumulate(&model, grads.to_device(device, &model));
+                losses.push(loss);
+                tokens += n;
+            }
         }
-        let loss = loss_sum / cfg.grad_accum as f64;
+        // Read after every replica has been launched, so no device waits on another's loss.
+        let loss = losses
+            .into_iter()
+            .map(|l| l.into_scalar::<f32>() as f64)
+            .sum::<f64>()
+            / micro_batches as f64;
         if !loss.is_finite() {
             let last = run.step;
             bail!(
@@ -297,7 +328,7 @@ where
             let row = MetricsRow {
                 step,
                 tokens: run.tokens,
-                device_hours: run.device_seconds * opts.devices as f64 / 3600.0,
+                device_hours: run.device_seconds * devices.len() as f64 / 3600.0,
                 flops: opts.flops_per_step * step as f64,
                 train_loss: since.iter().sum::<f64>() / since.len().max(1) as f64,
                 eval_loss,

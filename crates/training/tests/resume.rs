@@ -5,11 +5,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+mod common;
+
 use anyhow::Result;
 use burn::tensor::{Device, Tensor};
-use data::registry::{self, Split};
-use data::source::{SourceOptions, split_files};
-use data::tokenize::Tok;
 use model::{Architecture, Direction, LanguageModel, ModelConfig};
 use training::lm_task::{CausalLmTask, LmData, MaskedLmTask};
 use training::optimizer::OptimizerConfig;
@@ -33,6 +32,12 @@ fn corpus(dir: &Path) {
         )
         .unwrap();
     }
+}
+
+/// The corpus written under `dir`, read with the byte tokenizer.
+fn lm_data(dir: &Path) -> LmData {
+    corpus(dir);
+    common::lm_data(dir, "gutenberg_shakespeare")
 }
 
 /// Sets `stop` after `after` training batches: a Ctrl-C arriving mid-run.
@@ -63,27 +68,83 @@ impl<T: Task<LanguageModel>> Task<LanguageModel> for Interrupting<T> {
     }
 }
 
+/// Model initialisation and dropout draw from the device's global generator, so the tests of this
+/// file take turns.
+static GLOBAL_SEED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn interrupted_and_resumed_run_matches_uninterrupted() {
+    let _turn = GLOBAL_SEED.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    corpus(dir.path());
-    let spec = registry::lookup("gutenberg_shakespeare").unwrap();
-    let opts = SourceOptions {
-        data_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    };
-    let data = LmData {
-        spec,
-        train_files: split_files(spec, Split::Train, &opts).unwrap(),
-        eval_files: split_files(spec, Split::Validation, &opts).unwrap(),
-        tok: Tok::bytes(),
-    };
+    let data = lm_data(dir.path());
     let causal = || CausalLmTask::new(data.clone(), 2, 32, 4).unwrap();
     check_resume(&dir.path().join("causal"), causal, Direction::Causal);
     // The masked objective resumes exactly too: its state includes the masking generator. (In the
     // same test, not a parallel one: model initialisation draws from the device's global seed.)
     let masked = || MaskedLmTask::new(data.clone(), 2, 32, 4, 7).unwrap();
     check_resume(&dir.path().join("masked"), masked, Direction::Bidirectional);
+}
+
+/// Two replicas (the second a fork, on the same CPU here: the only device this machine has) with one
+/// micro-batch each take the same steps as one device accumulating two micro-batches: the replica's
+/// gradients reach the main device and count once, and device-hours count both devices.
+#[test]
+fn data_parallel_replicas_equal_gradient_accumulation() {
+    let _turn = GLOBAL_SEED.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let data = lm_data(dir.path());
+    let device = Device::flex().autodiff();
+    let run = |devices: &[Device], grad_accum: usize, name: &str| {
+        device.seed(1);
+        let model = ModelConfig::tiny(Architecture::TransformerPlusPlus)
+            .with_vocab_size(359)
+            .init(Direction::Causal, &device);
+        let cfg = TrainConfig {
+            steps: 4,
+            optimizer: OptimizerConfig::adafactor(),
+            schedule: Schedule {
+                peak_lr: 0.01,
+                warmup_steps: 1,
+                decay: Decay::Cosine {
+                    final_fraction: 0.1,
+                },
+            },
+            grad_accum,
+            clip_norm: None,
+            eval_every: 2,
+            checkpoint_every: 0,
+            seed: 5,
+        };
+        let opts = RunOptions {
+            stop: Arc::new(AtomicBool::new(false)),
+            flops_per_step: 1e6,
+            label: name.into(),
+        };
+        let mut task = CausalLmTask::new(data.clone(), 2, 32, 4).unwrap();
+        train(
+            &cfg,
+            model,
+            &mut task,
+            devices,
+            &dir.path().join(name),
+            &opts,
+        )
+        .unwrap()
+    };
+    let parallel = run(&[device.clone(), device.clone()], 1, "parallel");
+    let accumulated = run(std::slice::from_ref(&device), 2, "accumulated");
+    let single = run(std::slice::from_ref(&device), 1, "single");
+    assert_eq!(parallel.losses, accumulated.losses);
+    assert_ne!(parallel.losses, single.losses, "the replica's batch counts");
+    assert_eq!(parallel.rows.last().unwrap().tokens, 4 * 2 * 2 * 32);
+    for (rows, devices) in [(&parallel.rows, 2.0), (&accumulated.rows, 1.0)] {
+        for r in rows {
+            // tokens_per_s is per wall-second, device_hours = wall-seconds × devices.
+            let wall_seconds = r.device_hours * 3600.0 / devices;
+            let tokens = r.tokens_per_s * wall_seconds;
+            assert!((tokens / r.tokens as f64 - 1.0).abs() < 1e-9, "{r:?}");
+        }
+    }
 }
 
 fn check_resume<T: Task<LanguageModel>>(dir: &Path, task: impl Fn() -> T, direction: Direction) {
@@ -112,7 +173,6 @@ fn check_resume<T: Task<LanguageModel>>(dir: &Path, task: impl Fn() -> T, direct
     };
     let run_opts = |stop: Arc<AtomicBool>| RunOptions {
         stop,
-        devices: 1,
         flops_per_step: 1e6,
         label: "test".into(),
     };
@@ -122,7 +182,7 @@ fn check_resume<T: Task<LanguageModel>>(dir: &Path, task: impl Fn() -> T, direct
         &cfg,
         model(1),
         &mut task(),
-        &device,
+        std::slice::from_ref(&device),
         &whole_dir,
         &run_opts(Arc::new(AtomicBool::new(false))),
     )
@@ -145,7 +205,15 @@ fn check_resume<T: Task<LanguageModel>>(dir: &Path, task: impl Fn() -> T, direct
         after: 10,
         calls: 0,
     };
-    let first = train(&cfg, model(1), &mut t, &device, &split_dir, &run_opts(stop)).unwrap();
+    let first = train(
+        &cfg,
+        model(1),
+        &mut t,
+        std::slice::from_ref(&device),
+        &split_dir,
+        &run_opts(stop),
+    )
+    .unwrap();
     assert!(first.interrupted);
     assert_eq!(first.steps, 5);
     // A fresh process: another initialisation (overwritten by the checkpoint), a fresh task.
@@ -153,7 +221,7 @@ fn check_resume<T: Task<LanguageModel>>(dir: &Path, task: impl Fn() -> T, direct
         &cfg,
         model(99),
         &mut task(),
-        &device,
+        std::slice::from_ref(&device),
         &split_dir,
         &run_opts(Arc::new(AtomicBool::new(false))),
     )

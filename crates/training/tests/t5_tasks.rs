@@ -5,14 +5,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+mod common;
+
 use anyhow::Result;
 use burn::tensor::{Device, Tensor};
-use data::registry::{self, Split};
-use data::source::{SourceOptions, split_files};
+use common::lm_data;
 use data::tasks::Seq2SeqTask;
 use data::tokenize::Tok;
 use model::t5::{T5Config, T5Model};
-use training::lm_task::LmData;
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
 use training::t5_task::{FineTuneTask, SpanCorruptionTask, generate};
@@ -57,20 +57,6 @@ fn corpus(dir: &Path) {
     }
 }
 
-fn data(dir: &Path, name: &str) -> LmData {
-    let spec = registry::lookup(name).unwrap();
-    let opts = SourceOptions {
-        data_dir: Some(dir.to_path_buf()),
-        ..Default::default()
-    };
-    LmData {
-        spec,
-        train_files: split_files(spec, Split::Train, &opts).unwrap(),
-        eval_files: split_files(spec, Split::Validation, &opts).unwrap(),
-        tok: Tok::bytes(),
-    }
-}
-
 fn config(steps: usize) -> TrainConfig {
     TrainConfig {
         steps,
@@ -93,7 +79,6 @@ fn config(steps: usize) -> TrainConfig {
 fn options(stop: Arc<AtomicBool>) -> RunOptions {
     RunOptions {
         stop,
-        devices: 1,
         flops_per_step: 1e6,
         label: "t5".into(),
     }
@@ -146,7 +131,7 @@ fn span_corruption_trains_and_resumes_exactly() {
     corpus(dir.path());
     let device = Device::flex().autodiff();
     let task = || {
-        SpanCorruptionTask::new(data(dir.path(), "gutenberg_shakespeare"), 2, 48, 2, 11).unwrap()
+        SpanCorruptionTask::new(lm_data(dir.path(), "gutenberg_shakespeare"), 2, 48, 2, 11).unwrap()
     };
     assert!(
         task().target_length() > 2,
@@ -160,7 +145,7 @@ fn span_corruption_trains_and_resumes_exactly() {
         &cfg,
         tiny(&device, 1),
         &mut task(),
-        &device,
+        std::slice::from_ref(&device),
         &whole_dir,
         &options(fresh()),
     )
@@ -185,7 +170,7 @@ fn span_corruption_trains_and_resumes_exactly() {
         &cfg,
         tiny(&device, 1),
         &mut interrupted,
-        &device,
+        std::slice::from_ref(&device),
         &split_dir,
         &options(stop),
     )
@@ -196,7 +181,7 @@ fn span_corruption_trains_and_resumes_exactly() {
         &cfg,
         tiny(&device, 77),
         &mut task(),
-        &device,
+        std::slice::from_ref(&device),
         &split_dir,
         &options(fresh()),
     )
@@ -215,13 +200,13 @@ fn fine_tuning_reads_a_seq2seq_dataset_and_generates() {
         target_length: 24,
     };
     let mut task =
-        FineTuneTask::new(data(dir.path(), "shakespeare_modernize"), format, 4, 3).unwrap();
+        FineTuneTask::new(lm_data(dir.path(), "shakespeare_modernize"), format, 4, 3).unwrap();
     assert_eq!(task.eval_examples().len(), 3);
     let out = train(
         &config(4),
         tiny(&device, 2),
         &mut task,
-        &device,
+        std::slice::from_ref(&device),
         &dir.path().join("ft"),
         &options(Arc::new(AtomicBool::new(false))),
     )
