@@ -171,9 +171,13 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         return render(&cli.out, &table, None);
     }
     let config: LmSweepConfig = cli.load_config(builtin)?;
-    // Before anything is written (or a tokenizer trained): a device count the backend cannot give is refused up front.
+    // Before anything is written or a tokenizer trained: a device count the backend cannot give,
+    // or a batch it does not divide at some context, is refused up front.
     let devices = cli.train_devices()?;
     let device = devices[0].clone();
+    for &context in &config.contexts {
+        split_batch(config.tokens_per_batch, context, devices.len())?;
+    }
     let spec = registry::lookup(&config.dataset)?;
     let parse = |m: &String| -> Result<Architecture> { m.parse().map_err(|e: String| anyhow!(e)) };
     // (name, architecture, variant): the plain models, then the variants.
@@ -231,17 +235,8 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     let mut rows: Vec<SweepRow> = Vec::new();
     for &context in &config.contexts {
         for (name, arch, variant) in &models {
-            let batch = (config.tokens_per_batch / context).max(1);
-            // Data parallel: the batch is split over the devices, so a step sees the same tokens on
-            // any number of them.
-            if !batch.is_multiple_of(devices.len()) {
-                bail!(
-                    "--devices {}: a batch of {batch} sequences (tokens_per_batch {} / context {context}) does not split evenly; make tokens_per_batch a multiple of context × devices",
-                    devices.len(),
-                    config.tokens_per_batch
-                );
-            }
-            let device_batch = batch / devices.len();
+            let (batch, device_batch) =
+                split_batch(config.tokens_per_batch, context, devices.len())?;
             let tok = tok.clone();
             let mut model_config = ModelConfig::preset(&config.preset, *arch, context)
                 .map_err(|e| anyhow!(e))?
@@ -326,6 +321,18 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
 
 /// A run directory resumes only the run it was made for: its resolved model and training config are
 /// saved there, and a different one is an error rather than a silent mix.
+/// The step's batch in sequences, max(1, tokens_per_batch / context), and each device's share of it:
+/// data parallelism splits the batch, so a step sees the same tokens on any number of devices.
+fn split_batch(tokens_per_batch: usize, context: usize, devices: usize) -> Result<(usize, usize)> {
+    let batch = (tokens_per_batch / context).max(1);
+    if !batch.is_multiple_of(devices) {
+        bail!(
+            "--devices {devices}: a batch of {batch} sequences (tokens_per_batch {tokens_per_batch} / context {context}) does not split evenly; make tokens_per_batch a multiple of context × devices"
+        );
+    }
+    Ok((batch, batch / devices))
+}
+
 pub(crate) fn guard_run_dir(dir: &Path, resolved: &serde_json::Value) -> Result<()> {
     let path = dir.join("run_config.json");
     if let Ok(saved) = std::fs::read(&path) {
@@ -433,4 +440,18 @@ pub fn render(out: &Path, table: &str, baseline: Option<&str>) -> Result<()> {
         .save(&out.join(format!("ppl_vs_hours_{c}")), &series)?;
     }
     write_atomic(&out.join("table.md"), md.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_batch;
+
+    #[test]
+    fn batch_splits_evenly_over_devices_or_is_refused() {
+        assert_eq!(split_batch(4096, 512, 1).unwrap(), (8, 8));
+        assert_eq!(split_batch(4096, 512, 2).unwrap(), (8, 4));
+        assert_eq!(split_batch(4096, 8192, 1).unwrap(), (1, 1));
+        let err = split_batch(4096, 4096, 2).unwrap_err().to_string();
+        assert!(err.contains("does not split evenly"), "{err}");
+    }
 }

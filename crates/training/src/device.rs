@@ -61,12 +61,10 @@ impl Backend {
     /// main one, see `trainer::train`): GPUs 0..n of the backend. `flex` is one device (it already
     /// uses every core), so more than one is refused.
     pub fn train_devices(self, n: usize) -> Result<Vec<Device>> {
-        let main = self.train_device()?;
-        if n == 0 {
-            bail!("--devices must be at least 1");
-        }
-        if n == 1 {
-            return Ok(vec![main]);
+        match n {
+            0 => bail!("--devices must be at least 1"),
+            1 => return Ok(vec![self.train_device()?]),
+            _ => {}
         }
         (0..n).map(|i| self.gpu(i).map(Device::autodiff)).collect()
     }
