@@ -45,9 +45,11 @@ smoke:
 bench-data:
     cargo bench -p data --bench read_throughput
 
-# All tests of the workspace
+# All tests of the workspace, then the model tests again on the plain reference kernels (the path
+# every non-CPU backend runs; the fused-kernel tests are skipped there, they compare the two paths)
 test:
     cargo test --workspace
+    REPRO_KERNELS=reference cargo test -p model --test models -- --skip fused::
 
 # Formatting and lints, as CI checks them
 lint:

@@ -31,7 +31,7 @@ use training::trainer::{RunOptions, Task, TrainConfig, stop_on_ctrl_c, train};
 use training::write_atomic;
 
 use crate::Cli;
-use crate::lm_sweep::guard_run_dir;
+use crate::run_store;
 
 /// A T5.1.1 shape (the paper's Large and XXL, shrunk at the smaller scales).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -301,7 +301,7 @@ struct Stage<'a> {
 
 impl Stage<'_> {
     fn run<T: Task<T5Model>>(&self, init: T5Model, task: &mut T) -> Result<T5Model> {
-        guard_run_dir(&self.dir, &self.record())?;
+        run_store::claim(&self.dir, &self.record())?;
         let final_dir = self.dir.join("model");
         if final_dir.join("model.safetensors").exists() {
             let (_, model) = t5_hf::load(&final_dir, self.device).map_err(|e| anyhow!(e))?;

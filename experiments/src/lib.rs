@@ -6,6 +6,8 @@ pub mod gqa_decode;
 pub mod gqa_pipeline;
 pub mod latency;
 pub mod lm_sweep;
+pub mod run_store;
+pub mod verdict;
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -68,12 +70,15 @@ pub struct Cli {
     pub sets: Vec<(String, String)>,
     /// Output directory.
     pub out: PathBuf,
+    /// The run store the LM sweeps train into and reuse runs from (`--store DIR`; default
+    /// `results/runs` for the cpu profile, whose runs are committed, else `runs/store/<profile>`).
+    pub store: PathBuf,
     /// Re-render charts and tables from the existing CSVs instead of running.
     pub report_only: bool,
 }
 
 const USAGE: &str = "options: [--profile smoke|cpu|paper] [--device flex|wgpu|tch|cuda] [--devices N] \
-[--config FILE] [--set key=value]... [--out DIR] [--report]";
+[--config FILE] [--set key=value]... [--out DIR] [--store DIR] [--report]";
 
 impl Cli {
     /// Parses `args` (without the program name) for experiment `id`.
@@ -84,6 +89,7 @@ impl Cli {
         let mut config = None;
         let mut sets = Vec::new();
         let mut out = None;
+        let mut store = None;
         let mut report_only = false;
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
@@ -110,6 +116,7 @@ impl Cli {
                 }
                 "--config" => config = Some(PathBuf::from(value("--config")?)),
                 "--out" => out = Some(PathBuf::from(value("--out")?)),
+                "--store" => store = Some(PathBuf::from(value("--store")?)),
                 "--set" => {
                     let kv = value("--set")?;
                     let (k, v) = kv
@@ -127,6 +134,10 @@ impl Cli {
             Profile::Cpu => PathBuf::from("results").join(id),
             _ => PathBuf::from("runs").join(id).join(profile.name()),
         });
+        let store = store.unwrap_or_else(|| match profile {
+            Profile::Cpu => PathBuf::from("results").join("runs"),
+            _ => PathBuf::from("runs").join("store").join(profile.name()),
+        });
         Ok(Self {
             id,
             profile,
@@ -135,6 +146,7 @@ impl Cli {
             config,
             sets,
             out,
+            store,
             report_only,
         })
     }
@@ -234,12 +246,11 @@ fn parse_value(raw: &str) -> toml::Value {
         .unwrap_or_else(|| toml::Value::String(raw.to_string()))
 }
 
-/// Runs an experiment's body with denormals flushed to zero ([`model::fused::flush_denormals`])
-/// and freed memory kept for reuse ([`model::fused::keep_freed_memory`]), turning errors into one
-/// line on stderr and exit status 1.
+/// Runs an experiment's body with the process-wide settings of [`model::runtime::configure`]
+/// (denormals flushed to zero, freed memory kept for reuse), turning errors into one line on
+/// stderr and exit status 1.
 pub fn main_with(id: &'static str, body: impl FnOnce(Cli) -> Result<()>) {
-    model::fused::flush_denormals();
-    model::fused::keep_freed_memory();
+    model::runtime::configure();
     let result = Cli::parse(id, std::env::args().skip(1)).and_then(body);
     if let Err(e) = result {
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();

@@ -11,15 +11,18 @@ use data::registry::{self, Split};
 use data::source::{SourceOptions, split_files};
 use data::tokenize::{self, TokenizerSpec};
 use model::{Architecture, Direction, ModelConfig};
-use report::{LineChart, Scale, Series, speedup_to_baseline};
+use report::{LineChart, Scale, Series};
 use serde::{Deserialize, Serialize};
 use training::lm_task::{CausalLmTask, LmData, MaskedLmTask};
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
-use training::trainer::{RunOptions, TrainConfig, stop_on_ctrl_c, train};
+use training::trainer::{MetricsRow, RunOptions, TrainConfig, stop_on_ctrl_c, train};
 use training::write_atomic;
 
 use crate::Cli;
+use crate::run_store;
+pub use crate::verdict::SweepRow;
+use crate::verdict::{Summary, Verdict, summarize};
 
 /// The training objective of a sweep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,8 +59,22 @@ pub struct LmSweepConfig {
     pub data_dir: String,
     /// `bytes`, `bpe:N`, `unigram:N`, `file:PATH` or `hub:REPO`.
     pub tokenizer: String,
-    /// Architectures by name.
+    /// Architectures by name, each trained once per seed of `seeds`.
     pub models: Vec<String>,
+    /// Architectures trained with the first seed only (references beside the claim's models).
+    #[serde(default)]
+    pub one_seed_models: Vec<String>,
+    /// Seeds (model initialisation, data order, masking): a claim that rests on a difference
+    /// between models needs the spread over seeds.
+    pub seeds: Vec<u64>,
+    /// Models the paper says reach the baseline's final perplexity sooner (speedup > 1); each gets
+    /// a verdict in `table.md`.
+    #[serde(default)]
+    pub claimed_faster: Vec<String>,
+    /// Model-config fields changed for every model (e.g. `{ d_model = 128, n_blocks = 2 }`),
+    /// applied to the preset before a variant's own `set`.
+    #[serde(default)]
+    pub set: toml::Table,
     /// Extra models: an architecture with some model-config fields changed (e.g. FLASH with chunk
     /// 512), trained and drawn beside the others under their own name.
     #[serde(default)]
@@ -88,7 +105,6 @@ pub struct LmSweepConfig {
     pub eval_windows: usize,
     /// Checkpoint every this many steps (0 = at the end and on Ctrl-C).
     pub checkpoint_every: usize,
-    pub seed: u64,
 }
 
 /// A named architecture variant: `set` overrides fields of the preset's [`ModelConfig`] (any of its
@@ -111,48 +127,23 @@ pub struct Variant {
     pub set: toml::Table,
 }
 
-impl Variant {
-    /// The preset's config with `set` applied; an unknown field or a wrong type is an error that
-    /// names the variant.
-    fn apply(&self, base: ModelConfig) -> Result<ModelConfig> {
-        let mut json = serde_json::to_value(&base)?;
-        let fields = json
-            .as_object_mut()
-            .ok_or_else(|| anyhow!("model config is not a table"))?;
-        for (key, value) in &self.set {
-            if !fields.contains_key(key) {
-                let mut known: Vec<&String> = fields.keys().collect();
-                known.sort();
-                bail!(
-                    "variant `{}`: `{key}` is not a model-config field; known fields: {known:?}",
-                    self.name
-                );
-            }
-            fields.insert(key.clone(), serde_json::to_value(value)?);
+/// `base` with the fields of `set` changed; an unknown field or a wrong type is an error that
+/// names `what` (the variant, or the sweep's `set`).
+fn apply_set(base: ModelConfig, set: &toml::Table, what: &str) -> Result<ModelConfig> {
+    let mut json = serde_json::to_value(&base)?;
+    let fields = json
+        .as_object_mut()
+        .ok_or_else(|| anyhow!("model config is not a table"))?;
+    for (key, value) in set {
+        if !fields.contains_key(key) {
+            let mut known: Vec<&String> = fields.keys().collect();
+            known.sort();
+            bail!("{what}: `{key}` is not a model-config field; known fields: {known:?}");
         }
-        serde_json::from_value(json).with_context(|| {
-            format!(
-                "variant `{}`: a value in `set` has the wrong type",
-                self.name
-            )
-        })
+        fields.insert(key.clone(), serde_json::to_value(value)?);
     }
-}
-
-/// One row of the sweep's `metrics.csv`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct SweepRow {
-    pub model: String,
-    pub context: usize,
-    pub step: usize,
-    pub tokens: u64,
-    pub device_hours: f64,
-    pub flops: f64,
-    pub train_loss: f64,
-    pub eval_loss: f64,
-    pub eval_ppl: f64,
-    pub tokens_per_s: f64,
-    pub lr: f64,
+    serde_json::from_value(json)
+        .with_context(|| format!("{what}: a value in `set` has the wrong type"))
 }
 
 /// The paper's table that a sweep binary's `table.md` reproduces.
@@ -179,26 +170,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         split_batch(config.tokens_per_batch, context, devices.len())?;
     }
     let spec = registry::lookup(&config.dataset)?;
-    let parse = |m: &String| -> Result<Architecture> { m.parse().map_err(|e: String| anyhow!(e)) };
-    // (name, architecture, variant): the plain models, then the variants.
-    let mut models: Vec<(String, Architecture, Option<&Variant>)> = config
-        .models
-        .iter()
-        .map(|m| Ok((m.clone(), parse(m)?, None)))
-        .collect::<Result<_>>()?;
-    for v in &config.variants {
-        if models.iter().any(|(name, ..)| name == &v.name) {
-            bail!("variant name `{}` is already a model of the sweep", v.name);
-        }
-        models.push((v.name.clone(), parse(&v.model)?, Some(v)));
-    }
-    if !models.iter().any(|(name, ..)| name == &config.baseline) {
-        let names: Vec<&String> = models.iter().map(|(n, ..)| n).collect();
-        bail!(
-            "baseline `{}` is not one of the models {names:?}",
-            config.baseline
-        );
-    }
+    let models = sweep_models(&config)?;
     let tokenizer: TokenizerSpec = config.tokenizer.parse()?;
     let source = SourceOptions {
         data_dir: (!config.data_dir.is_empty()).then(|| config.data_dir.clone().into()),
@@ -228,99 +200,204 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         serde_json::to_string_pretty(&serde_json::json!({
             "dataset": spec.name, "train_split": "train", "eval_split": "validation",
             "train_files": train_files, "eval_files": eval_files, "tokenizer": tok_description,
+            "run_store": cli.store,
         }))?
         .as_bytes(),
     )?;
     let stop = stop_on_ctrl_c();
     let mut rows: Vec<SweepRow> = Vec::new();
     for &context in &config.contexts {
-        for (name, arch, variant) in &models {
-            let (batch, device_batch) =
-                split_batch(config.tokens_per_batch, context, devices.len())?;
-            let tok = tok.clone();
-            let mut model_config = ModelConfig::preset(&config.preset, *arch, context)
-                .map_err(|e| anyhow!(e))?
-                .with_vocab_size(tok.vocab_size());
-            if let Some(v) = variant {
-                model_config = v.apply(model_config)?;
-            }
-            device.seed(config.seed);
-            let model = model_config.init(config.objective.direction(), &device);
-            let train_config = TrainConfig {
-                steps: config.steps,
-                optimizer: config.optimizer,
-                schedule: Schedule {
-                    peak_lr: config.peak_lr,
-                    warmup_steps: config.warmup_steps,
-                    decay: config.decay,
-                },
-                grad_accum: config.grad_accum,
-                clip_norm: (config.clip_norm > 0.0).then_some(config.clip_norm),
-                eval_every: config.eval_every,
-                checkpoint_every: config.checkpoint_every,
-                seed: config.seed,
-            };
-            let opts = RunOptions {
-                stop: stop.clone(),
-                flops_per_step: model_config
-                    .train_flops_per_step(batch * config.grad_accum, context),
-                label: format!("{name} @ {context}"),
-            };
-            let run_dir = cli.out.join("runs").join(format!("{name}-{context}"));
-            let mut record =
-                serde_json::json!({"model": model_config, "train": train_config, "batch": batch});
-            // Named only when more than one, so single-device records stay as they were; a run is
-            // resumed only on the device count it started with (its device-hours count them).
-            if devices.len() > 1 {
-                record["devices"] = devices.len().into();
-            }
-            guard_run_dir(&run_dir, &record)?;
-            let data = LmData {
-                spec,
-                train_files: train_files.clone(),
-                eval_files: eval_files.clone(),
-                tok,
-            };
-            let (windows, seed) = (config.eval_windows, config.seed);
-            let outcome = match config.objective {
-                Objective::Causal => {
-                    let mut task = CausalLmTask::new(data, device_batch, context, windows)?;
-                    train(&train_config, model, &mut task, &devices, &run_dir, &opts)?
+        for m in &models {
+            for &seed in &m.seeds {
+                let (batch, device_batch) =
+                    split_batch(config.tokens_per_batch, context, devices.len())?;
+                let tok = tok.clone();
+                let base = ModelConfig::preset(&config.preset, m.arch, context)
+                    .map_err(|e| anyhow!(e))?
+                    .with_vocab_size(tok.vocab_size());
+                let mut model_config = apply_set(base, &config.set, "the sweep's `set`")?;
+                if let Some(v) = m.variant {
+                    model_config =
+                        apply_set(model_config, &v.set, &format!("variant `{}`", v.name))?;
                 }
-                Objective::Masked => {
-                    let mut task = MaskedLmTask::new(data, device_batch, context, windows, seed)?;
-                    train(&train_config, model, &mut task, &devices, &run_dir, &opts)?
+                let train_config = TrainConfig {
+                    steps: config.steps,
+                    optimizer: config.optimizer,
+                    schedule: Schedule {
+                        peak_lr: config.peak_lr,
+                        warmup_steps: config.warmup_steps,
+                        decay: config.decay,
+                    },
+                    grad_accum: config.grad_accum,
+                    clip_norm: (config.clip_norm > 0.0).then_some(config.clip_norm),
+                    eval_every: config.eval_every,
+                    checkpoint_every: config.checkpoint_every,
+                    seed,
+                };
+                // What the run's results depend on, and nothing else: its name in the store.
+                let mut train_json = serde_json::to_value(&train_config)?;
+                train_json
+                    .as_object_mut()
+                    .map(|t| t.remove("checkpoint_every"));
+                let mut identity = serde_json::json!({
+                    "objective": config.objective, "dataset": spec.name, "data_dir": config.data_dir,
+                    "tokenizer": tok_description, "model": model_config, "context": context,
+                    "batch": batch, "train": train_json, "eval_windows": config.eval_windows,
+                });
+                // Named only when more than one: a run resumes only on the device count it
+                // started with (its device-hours count them).
+                if devices.len() > 1 {
+                    identity["devices"] = devices.len().into();
                 }
-            };
-            rows.extend(outcome.rows.iter().map(|r| SweepRow {
-                model: name.clone(),
-                context,
-                step: r.step,
-                tokens: r.tokens,
-                device_hours: r.device_hours,
-                flops: r.flops,
-                train_loss: r.train_loss,
-                eval_loss: r.eval_loss,
-                eval_ppl: r.eval_ppl,
-                tokens_per_s: r.tokens_per_s,
-                lr: r.lr,
-            }));
-            write_rows(&cli.out, &rows)?;
-            if outcome.interrupted || stop.load(Ordering::SeqCst) {
-                bail!(
-                    "interrupted; run the same command again to resume from the checkpoints in {}",
-                    cli.out.join("runs").display()
-                );
+                let run_dir = run_store::run_dir(&cli.store, m.arch.name(), context, &identity);
+                run_store::claim(&run_dir, &identity)?;
+                let run_name = run_dir
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let label = format!("{} @ {context}, seed {seed}", m.name);
+                let metrics = match finished_metrics(&run_dir, config.steps)? {
+                    Some(done) => {
+                        eprintln!("{label}: finished run {}", run_dir.display());
+                        done
+                    }
+                    None => {
+                        device.seed(seed);
+                        let model = model_config.init(config.objective.direction(), &device);
+                        let opts = RunOptions {
+                            stop: stop.clone(),
+                            flops_per_step: model_config
+                                .train_flops_per_step(batch * config.grad_accum, context),
+                            label,
+                        };
+                        let data = LmData {
+                            spec,
+                            train_files: train_files.clone(),
+                            eval_files: eval_files.clone(),
+                            tok,
+                        };
+                        let windows = config.eval_windows;
+                        let outcome = match config.objective {
+                            Objective::Causal => {
+                                let mut task =
+                                    CausalLmTask::new(data, device_batch, context, windows)?;
+                                train(&train_config, model, &mut task, &devices, &run_dir, &opts)?
+                            }
+                            Objective::Masked => {
+                                let mut task =
+                                    MaskedLmTask::new(data, device_batch, context, windows, seed)?;
+                                train(&train_config, model, &mut task, &devices, &run_dir, &opts)?
+                            }
+                        };
+                        if outcome.interrupted || stop.load(Ordering::SeqCst) {
+                            write_rows(&cli.out, &rows)?;
+                            bail!(
+                                "interrupted; run the same command again to resume from the checkpoint in {}",
+                                run_dir.display()
+                            );
+                        }
+                        outcome.rows
+                    }
+                };
+                rows.extend(metrics.into_iter().map(|r| SweepRow {
+                    model: m.name.clone(),
+                    context,
+                    seed,
+                    run: run_name.clone(),
+                    step: r.step,
+                    tokens: r.tokens,
+                    device_hours: r.device_hours,
+                    flops: r.flops,
+                    train_loss: r.train_loss,
+                    eval_loss: r.eval_loss,
+                    eval_ppl: r.eval_ppl,
+                    tokens_per_s: r.tokens_per_s,
+                    lr: r.lr,
+                }));
+                write_rows(&cli.out, &rows)?;
             }
         }
     }
-    render(&cli.out, &table, Some(&config.baseline))?;
+    render(&cli.out, &table, Some(&config))?;
     eprintln!("wrote {} ({})", cli.out.display(), provenance.device);
     Ok(())
 }
 
-/// A run directory resumes only the run it was made for: its resolved model and training config are
-/// saved there, and a different one is an error rather than a silent mix.
+/// One model of a sweep: its name, architecture, variant (if any) and seeds.
+struct SweepModel<'a> {
+    name: String,
+    arch: Architecture,
+    variant: Option<&'a Variant>,
+    seeds: Vec<u64>,
+}
+
+/// The sweep's models in order: `models` (every seed), `one_seed_models` (the first seed), then the
+/// variants (every seed); names unique, the baseline among them.
+fn sweep_models(config: &LmSweepConfig) -> Result<Vec<SweepModel<'_>>> {
+    let Some(&first) = config.seeds.first() else {
+        bail!("`seeds` is empty; give at least one seed, e.g. seeds = [0]");
+    };
+    let parse = |m: &String| -> Result<Architecture> { m.parse().map_err(|e: String| anyhow!(e)) };
+    let mut models = Vec::new();
+    for (names, seeds) in [
+        (&config.models, config.seeds.clone()),
+        (&config.one_seed_models, vec![first]),
+    ] {
+        for name in names {
+            models.push(SweepModel {
+                name: name.clone(),
+                arch: parse(name)?,
+                variant: None,
+                seeds: seeds.clone(),
+            });
+        }
+    }
+    for v in &config.variants {
+        models.push(SweepModel {
+            name: v.name.clone(),
+            arch: parse(&v.model)?,
+            variant: Some(v),
+            seeds: config.seeds.clone(),
+        });
+    }
+    for (i, m) in models.iter().enumerate() {
+        if models[..i].iter().any(|o| o.name == m.name) {
+            bail!("model name `{}` appears twice in the sweep", m.name);
+        }
+    }
+    if !models.iter().any(|m| m.name == config.baseline) {
+        let names: Vec<&String> = models.iter().map(|m| &m.name).collect();
+        bail!(
+            "baseline `{}` is not one of the models {names:?}",
+            config.baseline
+        );
+    }
+    for c in &config.claimed_faster {
+        if !models.iter().any(|m| &m.name == c) {
+            bail!("claimed_faster names `{c}`, which is not a model of the sweep");
+        }
+    }
+    Ok(models)
+}
+
+/// The rows of a run in the store that has finished all `steps` (its `metrics.csv` ends there), or
+/// none: then the run is trained, or resumed from its checkpoint. Committed runs carry no
+/// checkpoint, so this is how a fresh clone reuses them.
+fn finished_metrics(run_dir: &Path, steps: usize) -> Result<Option<Vec<MetricsRow>>> {
+    let path = run_dir.join("metrics.csv");
+    let Ok(file) = std::fs::File::open(&path) else {
+        return Ok(None);
+    };
+    let rows: Vec<MetricsRow> = csv::Reader::from_reader(file)
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("malformed {}; delete it to retrain the run", path.display()))?;
+    Ok(rows
+        .last()
+        .is_some_and(|r| r.step == steps && !run_dir.join("checkpoint.tmp").exists())
+        .then_some(rows))
+}
+
 /// The step's batch in sequences, max(1, tokens_per_batch / context), and each device's share of it:
 /// data parallelism splits the batch, so a step sees the same tokens on any number of devices.
 fn split_batch(tokens_per_batch: usize, context: usize, devices: usize) -> Result<(usize, usize)> {
@@ -333,22 +410,6 @@ fn split_batch(tokens_per_batch: usize, context: usize, devices: usize) -> Resul
     Ok((batch, batch / devices))
 }
 
-pub(crate) fn guard_run_dir(dir: &Path, resolved: &serde_json::Value) -> Result<()> {
-    let path = dir.join("run_config.json");
-    if let Ok(saved) = std::fs::read(&path) {
-        let saved: serde_json::Value = serde_json::from_slice(&saved).unwrap_or_default();
-        if &saved != resolved {
-            bail!(
-                "{} holds a run with another configuration; delete it (or pass --out DIR) to start this one",
-                dir.display()
-            );
-        }
-        return Ok(());
-    }
-    std::fs::create_dir_all(dir)?;
-    write_atomic(&path, serde_json::to_string_pretty(resolved)?.as_bytes())
-}
-
 fn write_rows(out: &Path, rows: &[SweepRow]) -> Result<()> {
     let mut w = csv::Writer::from_writer(Vec::new());
     for r in rows {
@@ -357,79 +418,125 @@ fn write_rows(out: &Path, rows: &[SweepRow]) -> Result<()> {
     write_atomic(&out.join("metrics.csv"), &w.into_inner()?)
 }
 
-/// Charts (perplexity vs device-hours, one per context) and `table.md` (the paper's `table`: final
-/// perplexity and speedup to the baseline's final perplexity, in device-hours and in steps) from
-/// `metrics.csv`.
-pub fn render(out: &Path, table: &str, baseline: Option<&str>) -> Result<()> {
+/// Reads a sweep's `metrics.csv`.
+pub fn read_rows(out: &Path) -> Result<Vec<SweepRow>> {
     let path = out.join("metrics.csv");
-    let rows: Vec<SweepRow> = csv::Reader::from_path(&path)
+    csv::Reader::from_path(&path)
         .with_context(|| format!("cannot read {}: run the experiment first", path.display()))?
         .deserialize()
         .collect::<Result<_, _>>()
-        .with_context(|| format!("malformed {}", path.display()))?;
-    let baseline = match baseline {
-        Some(b) => b.to_string(),
-        None => {
-            let config: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(out.join("config.json"))?)?;
-            config["baseline"]
-                .as_str()
-                .unwrap_or("transformer_plusplus")
-                .to_string()
-        }
-    };
-    let mut contexts: Vec<usize> = rows.iter().map(|r| r.context).collect();
-    contexts.sort_unstable();
-    contexts.dedup();
+        .with_context(|| format!("malformed {}", path.display()))
+}
+
+/// The sweep config saved beside the results (`config.json`).
+pub fn saved_config(out: &Path) -> Result<LmSweepConfig> {
+    let path = out.join("config.json");
+    let text = std::fs::read(&path)
+        .with_context(|| format!("cannot read {}: run the experiment first", path.display()))?;
+    serde_json::from_slice(&text).with_context(|| format!("malformed {}", path.display()))
+}
+
+/// The models of the rows in first-appearance order.
+fn model_order(rows: &[SweepRow]) -> Vec<String> {
     let mut models: Vec<String> = Vec::new();
-    for r in &rows {
+    for r in rows {
         if !models.contains(&r.model) {
             models.push(r.model.clone());
         }
     }
-    let runs = |m: &str, c: usize| -> Vec<&SweepRow> {
-        rows.iter()
-            .filter(|r| r.model == m && r.context == c)
-            .collect()
+    models
+}
+
+/// The summaries of every model at every context of `rows`, against `config.baseline`.
+pub fn summaries(rows: &[SweepRow], config: &LmSweepConfig) -> Vec<Summary> {
+    let mut contexts: Vec<usize> = rows.iter().map(|r| r.context).collect();
+    contexts.sort_unstable();
+    contexts.dedup();
+    let models = model_order(rows);
+    contexts
+        .into_iter()
+        .flat_map(|c| summarize(rows, &models, &config.baseline, c))
+        .collect()
+}
+
+/// The verdict on a model's claimed speedup (> 1 over every seed pair), or none when the paper
+/// claims none for it.
+pub fn speedup_verdict(s: &Summary, config: &LmSweepConfig) -> Option<Verdict> {
+    config
+        .claimed_faster
+        .contains(&s.model)
+        .then(|| Verdict::above(&s.speedup, 1.0))
+}
+
+/// Charts (perplexity vs device-hours, one per context) and `table.md` (the paper's `table`: final
+/// perplexity over seeds and the speedup to the baseline's final perplexity over seed pairs, with
+/// its decomposition and verdict) from `metrics.csv`.
+pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result<()> {
+    let rows = read_rows(out)?;
+    let config = match config {
+        Some(c) => c.clone(),
+        None => saved_config(out)?,
     };
-    // (x, perplexity) per evaluation, x = device-hours or training step.
-    let curve = |m: &str, c: usize, x: fn(&SweepRow) -> f64| -> Vec<(f64, f64)> {
-        runs(m, c).iter().map(|r| (x(r), r.eval_ppl)).collect()
-    };
-    let by_hours = |r: &SweepRow| r.device_hours;
-    let by_step = |r: &SweepRow| r.step as f64;
+    let baseline = &config.baseline;
     let mut md = format!(
         "# {table}: perplexity and speedup to {baseline}'s final perplexity\n\n\
-         Final held-out perplexity per model and context, and the speedup: {baseline}'s training time divided by the time\n\
-         the model takes to reach {baseline}'s final perplexity (— when it never does; linear between evaluations), in\n\
-         device-hours (the paper's measure) and in training steps (the same tokens per step for every model, so the\n\
-         implementation's speed drops out). tokens/s: training tokens over training seconds. Generated from `metrics.csv`.\n\n\
-         | model | context | steps | device-hours | tokens/s | final ppl | speedup | speedup in steps |\n\
-         |---|---|---|---|---|---|---|---|\n"
+         Per model and context, over its seeds: the final held-out perplexity (mean [min–max]); the speedup, {baseline}'s\n\
+         training time divided by the time the model takes to reach {baseline}'s final perplexity (linear between\n\
+         evaluations), in device-hours, over every (model seed, {baseline} seed) pair (a pair that never reaches it counts\n\
+         as 0); its decomposition into the same ratio in training steps × the step-time ratio ({baseline}'s device-hours\n\
+         per step / the model's); and the verdict on the paper's claim that the model is faster (speedup > 1): reproduced\n\
+         when every pair is above 1, refuted when every pair is below, else inconclusive. {baseline}'s own row pairs its\n\
+         different seeds: how far apart two runs of one model land. tokens/s: training tokens over training seconds.\n\
+         Generated from `metrics.csv` (each row names its run in the run store).\n\n"
     );
+    let all = summaries(&rows, &config);
+    let base_rows: Vec<&Summary> = all.iter().filter(|s| &s.model == baseline).collect();
+    md += &format!("Past the initial drop: {baseline}'s held-out loss improved by at most ");
+    md += &base_rows
+        .iter()
+        .map(|s| format!("{:.2}% (context {})", 100.0 * s.last_quarter, s.context))
+        .collect::<Vec<_>>()
+        .join(", ");
+    md += " over the last quarter of its steps (worst seed; the cpu scale asks for under 2%).\n\n";
+    md += "| model | context | seeds | steps | device-hours | tokens/s | final ppl | speedup (device-hours) | = in steps | × step time | reached | verdict |\n\
+           |---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for s in &all {
+        let verdict = speedup_verdict(s, &config).map_or_else(|| "—".into(), |v| v.to_string());
+        md += &format!(
+            "| {} | {} | {} | {} | {:.3e} | {:.0} | {} | {}× | {}× | {}× | {}/{} | {verdict} |\n",
+            s.model,
+            s.context,
+            s.seeds,
+            s.steps,
+            s.device_hours,
+            s.tokens_per_s,
+            s.final_ppl.show(2),
+            s.speedup.show(2),
+            s.steps_ratio.show(2),
+            s.step_time_ratio.show(2),
+            s.reached.0,
+            s.reached.1,
+        );
+    }
+    let mut contexts: Vec<usize> = rows.iter().map(|r| r.context).collect();
+    contexts.sort_unstable();
+    contexts.dedup();
     for &c in &contexts {
-        let mut series = Vec::new();
-        for m in &models {
-            let points = curve(m, c, by_hours);
-            let Some(&(hours, ppl)) = points.last() else {
-                continue;
-            };
-            let last = *runs(m, c).last().expect("a point per row");
-            let (steps, tokens_per_s) = (last.step, last.tokens_per_s);
-            let times = |s: Option<f64>| s.map_or_else(|| "—".into(), |s| format!("{s:.2}×"));
-            let speedup = times(speedup_to_baseline(&curve(&baseline, c, by_hours), &points));
-            let in_steps = times(speedup_to_baseline(
-                &curve(&baseline, c, by_step),
-                &curve(m, c, by_step),
-            ));
-            md += &format!(
-                "| {m} | {c} | {steps} | {hours:.3e} | {tokens_per_s:.0} | {ppl:.2} | {speedup} | {in_steps} |\n"
-            );
-            series.push(Series {
-                name: m.clone(),
-                points,
-            });
-        }
+        let series: Vec<Series> = model_order(&rows)
+            .iter()
+            .filter_map(|m| {
+                let runs = crate::verdict::runs(&rows, m, c);
+                let first = runs.first()?;
+                Some(Series {
+                    name: m.clone(),
+                    points: first
+                        .rows
+                        .iter()
+                        .map(|r| (r.device_hours, r.eval_ppl))
+                        .collect(),
+                })
+            })
+            .collect();
         LineChart {
             title: format!("Held-out perplexity vs training cost, context {c}"),
             x_label: "device-hours (training only)".into(),

@@ -3,12 +3,15 @@
 
 use experiments::{Cli, latency};
 
+/// The smoke command line with `--out out` and the run store under it.
 fn cli(id: &'static str, out: &std::path::Path, extra: &[&str]) -> Cli {
     let mut args = vec![
         "--profile".to_string(),
         "smoke".into(),
         "--out".into(),
         out.display().to_string(),
+        "--store".into(),
+        out.join("store").display().to_string(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
     Cli::parse(id, args).unwrap()
@@ -98,15 +101,28 @@ fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
     }
     let table = std::fs::read_to_string(out.join("table.md")).unwrap();
     assert!(
-        table.contains("| transformer_plusplus | 16 | 4 |") && table.contains("1.00×"),
+        table.contains("| transformer_plusplus | 16 | 1 | 4 |") && table.contains("1.00×"),
         "{table}"
     );
-    // A second run finds every checkpoint finished and rewrites the same numbers.
+    // A second run finds every run finished in the store and rewrites the same numbers, also
+    // without the checkpoints (committed runs carry none).
+    let store = out.join("store");
+    assert_eq!(store_runs(&store).len(), 6 * 2, "one store entry per run");
+    for dir in store_runs(&store) {
+        std::fs::remove_dir_all(dir.join("checkpoint")).unwrap();
+    }
     run(&[]).unwrap();
     let again = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
     assert_eq!(csv, again);
-    // A changed configuration does not silently resume another run's checkpoints.
-    let err = run(&["--set", "peak_lr=0.5"]).unwrap_err();
+    // A changed configuration is another run, under another name; the first runs stay as they were.
+    run(&["--set", "peak_lr=0.5"]).unwrap();
+    assert_eq!(store_runs(&store).len(), 2 * 6 * 2);
+    // A store entry whose configuration was edited is refused, not mixed in (the run named by
+    // the first row of this sweep's metrics.csv).
+    let first_run = csv.lines().nth(1).unwrap().split(',').nth(3).unwrap();
+    let edited = store.join(first_run).join("run_config.json");
+    std::fs::write(edited, "{\"edited\": true}").unwrap();
+    let err = run(&[]).unwrap_err();
     assert!(
         format!("{err:#}").contains("holds a run with another configuration"),
         "{err:#}"
@@ -115,6 +131,60 @@ fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
     std::fs::remove_file(out.join("table.md")).unwrap();
     lm_sweep::run(cli("fig6", &out, &["--report"]), &|_| "").unwrap();
     assert!(out.join("table.md").is_file());
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// The run directories of a store.
+fn store_runs(store: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<_> = std::fs::read_dir(store)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Seeds: `models` train once per seed, `one_seed_models` once; table3 reuses the runs fig6 already
+/// trained into the same store (same data, models, contexts and schedule), training none again.
+#[test]
+fn seeds_and_runs_shared_between_artifacts() {
+    use experiments::lm_sweep;
+    let out = std::env::temp_dir().join(format!("seeds-smoke-{}", std::process::id()));
+    let corpus = out.join("corpus");
+    tiny_corpus(&corpus);
+    let data_dir = format!("data_dir=\"{}\"", corpus.display());
+    let store = out.join("store");
+    let run = |id: &'static str, dir: &str, extra: &[&str], config: &'static str| {
+        let mut args = vec!["--set", data_dir.as_str(), "--store"];
+        let store = store.display().to_string();
+        args.push(&store);
+        args.extend_from_slice(extra);
+        lm_sweep::run(cli(id, &out.join(dir), &args), &|_| config)
+    };
+    let fig6 = include_str!("../configs/fig6/smoke.toml");
+    let seeds = [
+        "--set",
+        "seeds=[0, 1]",
+        "--set",
+        r#"models=["transformer_plus", "transformer_plusplus", "flash_quad", "flash"]"#,
+        "--set",
+        r#"one_seed_models=["performer"]"#,
+    ];
+    run("fig6", "fig6", &seeds, fig6).unwrap();
+    let csv = std::fs::read_to_string(out.join("fig6/metrics.csv")).unwrap();
+    // (4 models × 2 seeds + 1) × 2 contexts × 2 evaluations.
+    assert_eq!(csv.lines().count(), 1 + (4 * 2 + 1) * 2 * 2, "{csv}");
+    assert_eq!(store_runs(&store).len(), (4 * 2 + 1) * 2);
+    let table = std::fs::read_to_string(out.join("fig6/table.md")).unwrap();
+    assert!(table.contains("| flash | 16 | 2 | 4 |"), "{table}");
+    assert!(table.contains("| performer | 16 | 1 | 4 |"), "{table}");
+    // table3's models and seeds are among fig6's runs: nothing new is trained.
+    let table3 = include_str!("../configs/table3/smoke.toml");
+    run("table3", "table3", &seeds[..2], table3).unwrap();
+    assert_eq!(store_runs(&store).len(), (4 * 2 + 1) * 2);
+    let t3 = std::fs::read_to_string(out.join("table3/metrics.csv")).unwrap();
+    assert_eq!(t3.lines().count(), 1 + 4 * 2 * 2 * 2);
     std::fs::remove_dir_all(&out).unwrap();
 }
 
@@ -154,13 +224,13 @@ fn fig5_and_table3_smoke_write_every_file() {
         }
         let table = std::fs::read_to_string(out.join("table.md")).unwrap();
         assert!(
-            table.contains(&format!("| {baseline} | 16 | 4 |")) && table.contains("1.00×"),
+            table.contains(&format!("| {baseline} | 16 | 1 | 4 |")) && table.contains("1.00×"),
             "{id}: {table}"
         );
         let ppl: Vec<f64> = csv
             .lines()
             .skip(1)
-            .map(|l| l.split(',').nth(8).unwrap().parse().unwrap())
+            .map(|l| l.split(',').nth(10).unwrap().parse().unwrap())
             .collect();
         assert!(
             ppl.iter().all(|p| p.is_finite() && *p > 1.0),
@@ -190,9 +260,22 @@ fn a_variant_from_set_is_trained_beside_the_models() {
         "{csv}"
     );
     let table = std::fs::read_to_string(out.join("table.md")).unwrap();
-    assert!(table.contains("| flash_c4 | 16 | 4 |"), "{table}");
-    let run_config = std::fs::read_to_string(out.join("runs/flash_c4-16/run_config.json")).unwrap();
-    assert!(run_config.contains("\"chunk_size\": 4"), "{run_config}");
+    assert!(table.contains("| flash_c4 | 16 | 1 | 4 |"), "{table}");
+    let run_configs: Vec<String> = store_runs(&out.join("store"))
+        .iter()
+        .filter(|d| {
+            d.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("flash-16-")
+        })
+        .map(|d| std::fs::read_to_string(d.join("run_config.json")).unwrap())
+        .collect();
+    assert_eq!(run_configs.len(), 2, "flash and flash_c4 at context 16");
+    assert!(
+        run_configs.iter().any(|c| c.contains("\"chunk_size\": 4")),
+        "{run_configs:?}"
+    );
 
     let bad = r#"variants=[{name="x", model="flash", set={chunk=4}}]"#;
     let err = lm_sweep::run(

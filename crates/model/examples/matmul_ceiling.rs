@@ -25,8 +25,7 @@ fn main() {
     let n: usize = std::env::args()
         .nth(1)
         .map_or(2048, |s| s.parse().expect("usage: matmul_ceiling [N]"));
-    fused::flush_denormals();
-    fused::keep_freed_memory();
+    model::runtime::configure();
     let device = Device::flex();
     let a = Tensor::<2>::random([n, n], Distribution::Normal(0.0, 1.0), &device);
     let b = Tensor::<2>::random([n, n], Distribution::Normal(0.0, 1.0), &device);

@@ -28,8 +28,7 @@ fn main() {
     let reps: usize = args.get(3).map_or(2, |s| s.parse().expect(usage));
     let b = 8192 / t;
     // As the experiment binaries run (experiments::main_with).
-    fused::flush_denormals();
-    fused::keep_freed_memory();
+    model::runtime::configure();
     let plain = Device::flex();
     let ad = plain.clone().autodiff();
     ad.seed(0);

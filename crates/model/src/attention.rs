@@ -9,8 +9,8 @@ use burn::tensor::activation::softmax;
 
 use crate::fused::{self, AttentionSpec, ScoreFn};
 use crate::layers::{
-    Direction, Relu2Scaling, causal_ones, exclusive_chunk_sum, future_mask, pad_time, padded_len,
-    relu2,
+    Direction, GlobalScaling, Relu2Scaling, causal_ones, exclusive_chunk_sum, future_mask,
+    pad_time, padded_len, relu2,
 };
 
 /// Score given to masked keys before a softmax: exp underflows to exactly 0 in f32, and a row is never
@@ -141,49 +141,86 @@ pub fn relu2_attention_reference(
     a.matmul(v)
 }
 
+/// The shape of one mixed chunk attention (FLASH §3.2): chunk size, the scaling of each part, the
+/// direction and which parts are kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MixedChunkSpec {
+    /// Chunk size C.
+    pub chunk: usize,
+    /// Scaling of the local relu² scores (by C under [`Relu2Scaling::Window`]).
+    pub scaling: Relu2Scaling,
+    /// Scaling of the global sum `Σ_h K_lin,hᵀ V_h`.
+    pub global_scaling: GlobalScaling,
+    /// What a query may see.
+    pub direction: Direction,
+    /// Which parts are computed (FLASH, LocalOnly, GlobalOnly).
+    pub parts: ChunkParts,
+}
+
+impl MixedChunkSpec {
+    /// The factor of the local scores.
+    pub fn local_factor(&self) -> f64 {
+        self.scaling.factor(self.chunk)
+    }
+    /// The factor of the global sum for a sequence of `len` positions.
+    pub fn global_factor(&self, len: usize) -> f64 {
+        self.global_scaling.factor(self.chunk, len, self.direction)
+    }
+    /// Whether the global factor is 1 / (the sequence's length): then a padded sequence is scaled
+    /// by its own count of real tokens.
+    fn length_scaled(&self) -> bool {
+        self.global_factor(1) == 1.0 && self.global_factor(2) == 0.5
+    }
+}
+
 /// Mixed chunk attention (FLASH §3.2) over a sequence of any length: it is padded to a multiple of
 /// `chunk` and cut back. The caller zeroes `v` at padded key positions (the internal padding has
 /// zero `v` by construction), which removes them from both parts.
 ///
 /// Local: `relu²(Q_quad K_quadᵀ · f + b) V` inside each chunk (causal: lower triangle with diagonal).
-/// Global: `Q_lin · Σ_h K_lin,hᵀ V_h · f` over all chunks (bidirectional) or strictly earlier chunks
-/// (causal, [`exclusive_chunk_sum`]).
+/// Global: `Q_lin · Σ_h K_lin,hᵀ V_h · f_g` over all chunks (bidirectional) or strictly earlier
+/// chunks (causal, [`exclusive_chunk_sum`]); f = [`MixedChunkSpec::local_factor`], f_g =
+/// [`MixedChunkSpec::global_factor`] of the sequence's length: T, or where the caller pads, each
+/// sequence's count of real tokens (`real_len`), so that padding does not change real outputs.
 ///
-/// qq, kq, ql, kl: [N, T, s]; v: [N, T, e]; bias: [C, C] or none → [N, T, e].
-#[allow(clippy::too_many_arguments)]
+/// qq, kq, ql, kl: [N, T, s]; v: [N, T, e]; bias: [C, C] or none; real_len: [N, 1, 1] or none
+/// → [N, T, e].
 pub fn mixed_chunk_attention(
-    qq: Tensor<3>,
-    kq: Tensor<3>,
-    ql: Tensor<3>,
-    kl: Tensor<3>,
+    [qq, kq, ql, kl]: [Tensor<3>; 4],
     v: Tensor<3>,
     bias: Option<Tensor<2>>,
-    chunk: usize,
-    scaling: Relu2Scaling,
-    direction: Direction,
-    parts: ChunkParts,
+    spec: MixedChunkSpec,
+    real_len: Option<Tensor<3>>,
 ) -> Tensor<3> {
     let [n, t, s] = qq.dims();
     let e = v.dims()[2];
+    let chunk = spec.chunk;
     let tp = padded_len(t, chunk);
     let g = tp / chunk;
-    let factor = scaling.factor(chunk);
     let chunked = |x: Tensor<3>, w: usize| pad_time(x, tp).reshape([n, g, chunk, w]);
     let vg = chunked(v, e);
     let mut out: Option<Tensor<4>> = None;
-    if parts.local() {
+    if spec.parts.local() {
         let (qq, kq) = (chunked(qq, s), chunked(kq, s));
         out = Some(local_chunk_attention(
             qq,
             kq,
             vg.clone(),
             bias,
-            factor,
-            direction,
+            spec.local_factor(),
+            spec.direction,
         ));
     }
-    if parts.global() {
-        let lin = global_chunk_attention(chunked(ql, s), chunked(kl, s), vg, factor, direction);
+    if spec.parts.global() {
+        let (ql, kl) = (chunked(ql, s), chunked(kl, s));
+        let lin = match real_len.filter(|_| spec.length_scaled()) {
+            // The factor is 1/len: Q_lin·(Σ K_linᵀV / len) = (Q_lin·Σ K_linᵀV) / len, per sequence.
+            Some(len) => {
+                let unscaled = global_chunk_attention(ql, kl, vg, 1.0, spec.direction);
+                unscaled / len.clamp_min(1.0).reshape([n, 1, 1, 1])
+            }
+            None => global_chunk_attention(ql, kl, vg, spec.global_factor(t), spec.direction),
+        };
         out = Some(match out {
             Some(local) => local + lin,
             None => lin,

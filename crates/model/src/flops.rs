@@ -57,7 +57,8 @@ impl ModelConfig {
                 // QKᵀ and AV over all t keys, all heads together.
                 Architecture::Transformer
                 | Architecture::TransformerPlus
-                | Architecture::TransformerPlusPlus => 4.0 * t * d,
+                | Architecture::TransformerPlusPlus
+                | Architecture::TransformerPlusPlusRelu2 => 4.0 * t * d,
                 // φ(q), φ(k): d·m each; Σ φ(k)vᵀ and φ(q)·S: m·d each.
                 Architecture::Performer => 2.0 * (2.0 * d * m) + 2.0 * (2.0 * m * d),
                 // C local keys plus one summary key per chunk.

@@ -13,12 +13,12 @@ use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
 use crate::attention::{
-    ChunkParts, mixed_chunk_attention, relu2_attention, relu2_attention_rank_bias,
+    ChunkParts, MixedChunkSpec, mixed_chunk_attention, relu2_attention, relu2_attention_rank_bias,
 };
 use crate::fused::Activation;
 use crate::layers::{
-    Direction, Norm, NormKind, RelPosBias, Relu2Scaling, Rope, ScaleOffset, add_to, append, linear,
-    linear_columns_activated, normal_init, relu2,
+    Direction, GlobalScaling, Norm, NormKind, RelPosBias, Relu2Scaling, Rope, ScaleOffset, add_to,
+    append, linear, linear_columns_activated, normal_init, relu2,
 };
 
 /// How a GAU layer spans the sequence.
@@ -73,6 +73,10 @@ pub struct GauConfig {
     /// Score scaling convention (paper appendix: divide by the window).
     #[config(default = "Relu2Scaling::Window")]
     pub scaling: Relu2Scaling,
+    /// Scaling of FLASH's global (linear) term (the appendix code's ports: by n bidirectional, by
+    /// C causal).
+    #[config(default = "GlobalScaling::Appendix")]
+    pub global_scaling: GlobalScaling,
     /// Pre-norm kind (LayerNorm; ScaleNorm in some of the paper's MLM models).
     #[config(default = "NormKind::LayerNorm")]
     pub norm: NormKind,
@@ -102,6 +106,7 @@ impl GauConfig {
             span: self.span,
             direction: self.direction,
             scaling: self.scaling,
+            global_scaling: self.global_scaling,
         }
     }
 }
@@ -124,6 +129,8 @@ pub struct Gau {
     direction: Direction,
     #[module(skip)]
     scaling: Relu2Scaling,
+    #[module(skip)]
+    global_scaling: GlobalScaling,
 }
 
 /// The decoding state of one GAU layer.
@@ -138,7 +145,7 @@ pub enum GauCache {
         /// [B, t, e]
         v: Option<Tensor<3>>,
     },
-    /// FLASH: Σ over finished chunks of K_linᵀV·f plus the current chunk's keys and values.
+    /// FLASH: Σ over finished chunks of K_linᵀV·f_g plus the current chunk's keys and values.
     MixedChunk {
         /// [B, s, e]
         kv_sum: Option<Tensor<3>>,
@@ -152,6 +159,17 @@ pub enum GauCache {
 }
 
 impl Gau {
+    /// The mixed chunk attention of this layer, for chunks of `chunk` keeping `parts`.
+    fn chunk_spec(&self, chunk: usize, parts: ChunkParts) -> MixedChunkSpec {
+        MixedChunkSpec {
+            chunk,
+            scaling: self.scaling,
+            global_scaling: self.global_scaling,
+            direction: self.direction,
+            parts,
+        }
+    }
+
     /// Splits the projection into U, V and the scale/offset heads (RoPE applied).
     fn project(
         &self,
@@ -198,20 +216,11 @@ impl Gau {
                 }
             }
             GauSpan::MixedChunk { chunk, parts } => {
-                let [qq, kq, ql, kl]: [Tensor<3>; 4] = heads.try_into().expect("four heads");
+                let heads: [Tensor<3>; 4] = heads.try_into().expect("four heads");
                 let bias = self.bias.as_ref().map(|b| b.square(chunk, &device));
-                mixed_chunk_attention(
-                    qq,
-                    kq,
-                    ql,
-                    kl,
-                    v,
-                    bias,
-                    chunk,
-                    self.scaling,
-                    self.direction,
-                    parts,
-                )
+                // Real tokens per sequence, where the global term is scaled by the length.
+                let real_len = keep.map(|k| k.clone().sum_dim(1)); // [B, 1, 1]
+                mixed_chunk_attention(heads, v, bias, self.chunk_spec(chunk, parts), real_len)
             }
         };
         x + linear(&self.out, u * a)
@@ -262,7 +271,8 @@ impl Gau {
                 },
             ) => {
                 let [qq, kq, ql, kl]: [Tensor<3>; 4] = heads.try_into().expect("four heads");
-                let factor = self.scaling.factor(chunk);
+                let spec = self.chunk_spec(chunk, parts);
+                let factor = spec.local_factor();
                 let i = pos % chunk;
                 let kq = append(k_quad, kq);
                 let kl = append(k_lin, kl);
@@ -281,7 +291,8 @@ impl Gau {
                     out = out + ql.matmul(kv.clone());
                 }
                 if i + 1 == chunk {
-                    add_to(kv_sum, kl.swap_dims(1, 2).matmul(vs).mul_scalar(factor));
+                    let f_global = spec.global_factor(pos + 1);
+                    add_to(kv_sum, kl.swap_dims(1, 2).matmul(vs).mul_scalar(f_global));
                     *k_quad = None;
                     *k_lin = None;
                     *vc = None;

@@ -238,11 +238,11 @@ impl ScaledSinusoidal {
 /// step-by-step) of a model.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
 pub enum Relu2Scaling {
-    /// `relu²(QKᵀ/L + b)`, and `K_linᵀV / L` in the linear part, with L the attention window: the
-    /// configured context for FLASH-Quad, the chunk size C for FLASH. This is the FLASH appendix code
-    /// (Codes 1 and 8 divide by the length of the attended axis), the default. L is the configured
-    /// window rather than the runtime length so that a prefix's outputs do not depend on how much
-    /// follows it, which incremental decoding needs.
+    /// `relu²(QKᵀ/L + b)` with L the attention window: the configured context for FLASH-Quad, the
+    /// chunk size C for FLASH's local part. This is the FLASH appendix code (Codes 1 and 8 divide by
+    /// the length of the attended axis), the default. L is the configured window rather than the
+    /// runtime length so that a prefix's outputs do not depend on how much follows it, which
+    /// incremental decoding needs. (The global part's scaling is [`GlobalScaling`].)
     Window,
     /// `relu²(QKᵀ + b)` with no scaling: the pseudocode of the paper's Figure 2.
     None,
@@ -254,6 +254,37 @@ impl Relu2Scaling {
         match self {
             Relu2Scaling::Window => 1.0 / window as f64,
             Relu2Scaling::None => 1.0,
+        }
+    }
+}
+
+/// How the global (linear, across-chunk) term of mixed chunk attention scales its sum
+/// `Σ_h K_lin,hᵀ V_h` (FLASH §3.2). The paper's text gives no scaling; its appendix code and the
+/// public ports of it do. One convention is used by every path (fused, reference, decoding).
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum GlobalScaling {
+    /// The appendix code as its public ports run it (lucidrains/FLASH-pytorch, `flash_pytorch.py`:
+    /// `lin_kv = einsum(..) / n` when bidirectional, `/ g` when causal): bidirectional divides by the
+    /// sequence length n (the input's, before padding to a multiple of C), causal by the chunk size C
+    /// (so that a causal prefix's outputs do not depend on how much follows it). The default.
+    Appendix,
+    /// Divides by C in both directions: this workspace's form before stop 14, which makes the
+    /// bidirectional global term n / C times the appendix's (32× at n = 8192, C = 256).
+    Chunk,
+    /// No scaling (goes with [`Relu2Scaling::None`], the paper's Figure 2 pseudocode).
+    None,
+}
+
+impl GlobalScaling {
+    /// The factor applied to `Σ_h K_lin,hᵀ V_h` for chunks of `chunk` positions in a sequence of
+    /// `len` positions attended in `direction`.
+    pub fn factor(self, chunk: usize, len: usize, direction: Direction) -> f64 {
+        match (self, direction) {
+            (GlobalScaling::Appendix, Direction::Bidirectional) => 1.0 / len as f64,
+            (GlobalScaling::Appendix, Direction::Causal) | (GlobalScaling::Chunk, _) => {
+                1.0 / chunk as f64
+            }
+            (GlobalScaling::None, _) => 1.0,
         }
     }
 }

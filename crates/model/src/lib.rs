@@ -4,16 +4,13 @@
 //!
 //! - [`layers`]: norms, RoPE, relative position bias, scaled sinusoid, relu², chunk helpers;
 //! - [`attention`]: the attention kernels as plain functions (full and one-token forms);
-//! - [`fused`]: fused CPU kernels (attention, cross-entropy) with hand-written backward passes;
+//! - [`fused`]: fused CPU kernels (attention, cross-entropy) with hand-written backward passes,
+//!   one file per kernel; [`runtime`]: the process-wide settings binaries apply (allocator,
+//!   flush-to-zero);
 //! - [`gau`]: the GAU / FLASH layer; [`transformer`]: the Transformer block of the baselines;
 //! - [`lm`]: [`ModelConfig`] (architecture by name, paper presets) and [`LanguageModel`];
 //! - [`t5`]: T5.1.1 encoder-decoder with MHA / GQA / MQA decoder attention (the GQA paper);
 //!   [`t5_hf`]: its Hugging Face checkpoints (safetensors) in and out.
-
-/// Everything that links the model crate allocates through mimalloc (why: the workspace
-/// `Cargo.toml`); [`fused::keep_freed_memory`] stops it returning memory to the OS.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub mod attention;
 pub mod flops;
@@ -21,12 +18,13 @@ pub mod fused;
 pub mod gau;
 pub mod layers;
 pub mod lm;
+pub mod runtime;
 pub mod t5;
 pub mod t5_hf;
 pub mod transformer;
 
-pub use attention::ChunkParts;
-pub use layers::{Direction, NormKind, Relu2Scaling};
+pub use attention::{ChunkParts, MixedChunkSpec};
+pub use layers::{Direction, GlobalScaling, NormKind, Relu2Scaling};
 pub use lm::{
     Architecture, DecodeState, LanguageModel, ModelConfig, causal_lm_loss, cross_entropy,
     masked_lm_loss,

@@ -15,7 +15,8 @@ use crate::attention::ChunkParts;
 use crate::fused;
 use crate::gau::{Gau, GauCache, GauConfig, GauSpan};
 use crate::layers::{
-    Direction, Norm, NormKind, Relu2Scaling, Rope, ScaledSinusoidal, keep_multiplier, normal_init,
+    Direction, GlobalScaling, Norm, NormKind, Relu2Scaling, Rope, ScaledSinusoidal,
+    keep_multiplier, normal_init,
 };
 use crate::transformer::{
     AttentionKind, BlockCache, FeedForwardKind, TransformerBlock, TransformerBlockConfig,
@@ -47,11 +48,15 @@ pub enum Architecture {
     FlashLocalOnly,
     /// FLASH with the local (quadratic) part removed.
     FlashGlobalOnly,
+    /// Transformer++ with GAU's relu² scoring per head, unchunked: MC-TFM++ without the chunking
+    /// (not in the paper; the control that isolates what chunking costs MC-TFM++).
+    #[serde(rename = "transformer_plusplus_relu2")]
+    TransformerPlusPlusRelu2,
 }
 
 impl Architecture {
     /// All architectures, in the order of the paper's tables.
-    pub const ALL: [Architecture; 10] = [
+    pub const ALL: [Architecture; 11] = [
         Architecture::Transformer,
         Architecture::TransformerPlus,
         Architecture::TransformerPlusPlus,
@@ -62,6 +67,7 @@ impl Architecture {
         Architecture::McTfmPlusPlus,
         Architecture::FlashLocalOnly,
         Architecture::FlashGlobalOnly,
+        Architecture::TransformerPlusPlusRelu2,
     ];
 
     /// The name experiments use to pick the model.
@@ -77,6 +83,7 @@ impl Architecture {
             Architecture::McTfmPlusPlus => "mc_tfmpp",
             Architecture::FlashLocalOnly => "flash_local_only",
             Architecture::FlashGlobalOnly => "flash_global_only",
+            Architecture::TransformerPlusPlusRelu2 => "transformer_plusplus_relu2",
         }
     }
 
@@ -144,6 +151,11 @@ pub struct ModelConfig {
     /// relu² score scaling (paper appendix: divide by the window).
     #[config(default = "Relu2Scaling::Window")]
     pub scaling: Relu2Scaling,
+    /// Scaling of the global (linear) term of mixed chunk attention, FLASH's and MC-TFM++'s (the
+    /// appendix code's public ports: by the sequence length n bidirectional, by C causal; see
+    /// [`GlobalScaling`]).
+    #[config(default = "GlobalScaling::Appendix")]
+    pub global_scaling: GlobalScaling,
     /// Pre-norm kind.
     #[config(default = "NormKind::LayerNorm")]
     pub norm: NormKind,
@@ -255,6 +267,7 @@ impl ModelConfig {
                 .with_expansion_factor(self.expansion_factor)
                 .with_d_qk(self.d_qk)
                 .with_scaling(self.scaling)
+                .with_global_scaling(self.global_scaling)
                 .with_norm(self.norm);
             (0..2 * self.n_blocks)
                 .map(|_| Layer::Gau(gau.init(device)))
@@ -269,6 +282,10 @@ impl ModelConfig {
                 },
                 Architecture::McTfmPlusPlus => AttentionKind::MixedChunk {
                     chunk: self.chunk_size,
+                    global_scaling: self.global_scaling,
+                },
+                Architecture::TransformerPlusPlusRelu2 => AttentionKind::Relu2 {
+                    window: self.context,
                 },
                 _ => AttentionKind::Softmax,
             };

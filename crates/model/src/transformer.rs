@@ -9,19 +9,25 @@
 //! | Performer      | FAVOR+ (Choromanski et al. 2021)            | RoPE        | GELU-GLU   |
 //! | Combiner       | local + chunk summaries (Ren et al. 2021)   | RoPE        | GELU-GLU   |
 //! | MC-TFM++       | mixed chunk attention, per head             | RoPE        | GELU-GLU   |
+//! | TFM++ (relu²)  | relu²(QKᵀ/n) per head, unchunked            | RoPE        | GELU-GLU   |
+//!
+//! The last row is not in the paper: it is MC-TFM++ without the chunking (its scores, unchunked),
+//! the control that separates MC-TFM++'s two changes to Transformer++ (relu² for softmax, and
+//! chunking).
 
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 
 use crate::attention::{
-    ChunkParts, combiner_attention, favor_attention, favor_exponent, favor_features,
-    favor_query_features, favor_ratio, mixed_chunk_attention, softmax_attention,
+    ChunkParts, MixedChunkSpec, combiner_attention, favor_attention, favor_exponent,
+    favor_features, favor_query_features, favor_ratio, mixed_chunk_attention, relu2_attention,
+    softmax_attention,
 };
 use crate::fused::Activation;
 use crate::layers::{
-    Direction, Norm, NormKind, Relu2Scaling, Rope, add_to, append, linear, linear_columns,
-    linear_columns_activated, normal_init, relu2,
+    Direction, GlobalScaling, Norm, NormKind, Relu2Scaling, Rope, add_to, append, linear,
+    linear_columns, linear_columns_activated, normal_init, relu2,
 };
 
 /// Block size of the blockwise prefix sums of causal FAVOR+ (an implementation detail: any value
@@ -48,6 +54,15 @@ pub enum AttentionKind {
     MixedChunk {
         /// Chunk size.
         chunk: usize,
+        /// Scaling of the global (linear) term.
+        global_scaling: GlobalScaling,
+    },
+    /// GAU's scoring per head, unchunked: `relu²(Q Kᵀ / n) V` with n the window (no relative
+    /// position bias: the heads have RoPE, as MC-TFM++'s). With a single chunk (C = n, causal),
+    /// MC-TFM++ is exactly this.
+    Relu2 {
+        /// The attention window n (the model's context).
+        window: usize,
     },
 }
 
@@ -235,7 +250,7 @@ pub enum BlockCache {
         /// summary values of finished chunks
         v_sum: Option<Tensor<3>>,
     },
-    /// Mixed chunk: Σ over finished chunks of KᵀV/C [B·H, dh, dh] and the current chunk's keys/values.
+    /// Mixed chunk: Σ over finished chunks of KᵀV·f_g [B·H, dh, dh] and the current chunk's keys/values.
     MixedChunk {
         /// running sum
         kv_sum: Option<Tensor<3>>,
@@ -328,22 +343,30 @@ impl TransformerBlock {
             AttentionKind::Combiner { chunk } => {
                 combiner_attention(q, k, v, keep_h, chunk, self.direction)
             }
-            AttentionKind::MixedChunk { chunk } => {
+            AttentionKind::MixedChunk {
+                chunk,
+                global_scaling,
+            } => {
+                let real_len = keep_h.as_ref().map(|k| k.clone().sum_dim(1)); // [B·H, 1, 1]
                 if let Some(keep) = keep_h {
                     v = v * keep;
                 }
-                mixed_chunk_attention(
-                    q.clone(),
-                    k.clone(),
-                    q,
-                    k,
-                    v,
-                    None,
+                let spec = MixedChunkSpec {
                     chunk,
-                    Relu2Scaling::Window,
-                    self.direction,
-                    ChunkParts::Mixed,
-                )
+                    scaling: Relu2Scaling::Window,
+                    global_scaling,
+                    direction: self.direction,
+                    parts: ChunkParts::Mixed,
+                };
+                mixed_chunk_attention([q.clone(), k.clone(), q, k], v, None, spec, real_len)
+            }
+            AttentionKind::Relu2 { window } => {
+                if let Some(keep) = keep_h {
+                    // Zero values at padded keys: relu² has no normaliser, so that removes them.
+                    v = v * keep;
+                }
+                let factor = Relu2Scaling::Window.factor(window);
+                relu2_attention(q, k, v, None, factor, self.direction)
             }
         };
         let x = x + linear(&self.attn_out, self.merge_heads(a));
@@ -353,7 +376,9 @@ impl TransformerBlock {
     /// An empty decoding state.
     pub fn empty_cache(&self) -> BlockCache {
         match self.attention {
-            AttentionKind::Softmax => BlockCache::Kv { k: None, v: None },
+            AttentionKind::Softmax | AttentionKind::Relu2 { .. } => {
+                BlockCache::Kv { k: None, v: None }
+            }
             AttentionKind::Favor { .. } => BlockCache::Favor {
                 kv: None,
                 z: None,
@@ -390,6 +415,14 @@ impl TransformerBlock {
                     .matmul(k.swap_dims(1, 2))
                     .mul_scalar(1.0 / (dh as f64).sqrt());
                 softmax(scores, 2).matmul(v)
+            }
+            (AttentionKind::Relu2 { window }, BlockCache::Kv { k: kc, v: vc }) => {
+                let k = append(kc, k);
+                let v = append(vc, v);
+                let scores = q
+                    .matmul(k.swap_dims(1, 2))
+                    .mul_scalar(Relu2Scaling::Window.factor(window));
+                relu2(scores).matmul(v)
             }
             (AttentionKind::Favor { .. }, BlockCache::Favor { kv, z, shift }) => {
                 let omega = self.omega.as_ref().expect("FAVOR+ features");
@@ -443,7 +476,10 @@ impl TransformerBlock {
                 out
             }
             (
-                AttentionKind::MixedChunk { chunk },
+                AttentionKind::MixedChunk {
+                    chunk,
+                    global_scaling,
+                },
                 BlockCache::MixedChunk {
                     kv_sum,
                     k: kc,
@@ -451,6 +487,7 @@ impl TransformerBlock {
                 },
             ) => {
                 let factor = Relu2Scaling::Window.factor(chunk);
+                let f_global = global_scaling.factor(chunk, chunk, Direction::Causal);
                 let kl = append(kc, k);
                 let vl = append(vc, v);
                 let mut out = relu2(
@@ -463,7 +500,7 @@ impl TransformerBlock {
                     out = out + q.matmul(kv.clone());
                 }
                 if kl.dims()[1] == chunk {
-                    add_to(kv_sum, kl.swap_dims(1, 2).matmul(vl).mul_scalar(factor));
+                    add_to(kv_sum, kl.swap_dims(1, 2).matmul(vl).mul_scalar(f_global));
                     *kc = None;
                     *vc = None;
                 }

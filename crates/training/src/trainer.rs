@@ -177,7 +177,8 @@ fn write_metrics(out: &Path, rows: &[MetricsRow]) -> Result<()> {
     csv.push('\n');
     for r in rows {
         csv.push_str(&format!(
-            "{},{},{:.6e},{:.6e},{:.6},{:.6},{:.4},{:.1},{:.6e}\n",
+            // Full precision: Rust prints the shortest decimal that reads back to the same f64.
+            "{},{},{},{},{},{},{},{},{}\n",
             r.step,
             r.tokens,
             r.device_hours,

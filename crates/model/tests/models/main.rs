@@ -5,6 +5,7 @@ mod causality;
 mod chunked;
 mod common;
 mod fused;
+mod gau_formula;
 mod losses;
 mod overfit;
 mod padding;

@@ -1,0 +1,221 @@
+//! Elementwise activations (SiLU, GELU), a bias folded in, one pass each way.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// An activation computed in one pass forward and one backward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `x · σ(x)` (GAU's projections, FLASH appendix Code 1).
+    Silu,
+    /// `x · Φ(x)` with the exact normal CDF (burn's `gelu`; Transformer FFNs).
+    Gelu,
+}
+
+/// `erf(x)` (Abramowitz & Stegun 7.1.26; absolute error below 1.5e-7).
+#[inline(always)]
+pub fn erf(x: f32) -> f32 {
+    let a = x.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let poly = t
+        * (0.254_829_6
+            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152 + t * 1.061_405_4))));
+    let y = 1.0 - poly * fast_exp(-a * a);
+    y.copysign(x)
+}
+
+impl Activation {
+    #[inline(always)]
+    fn value(self, x: f32) -> f32 {
+        match self {
+            Activation::Silu => x / (1.0 + fast_exp(-x)),
+            Activation::Gelu => 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)),
+        }
+    }
+
+    #[inline(always)]
+    fn derivative(self, x: f32) -> f32 {
+        match self {
+            Activation::Silu => {
+                let s = 1.0 / (1.0 + fast_exp(-x));
+                s * (1.0 + x * (1.0 - s))
+            }
+            Activation::Gelu => {
+                const INV_SQRT_2PI: f32 = 0.398_942_3;
+                let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
+                cdf + x * INV_SQRT_2PI * fast_exp(-0.5 * x * x)
+            }
+        }
+    }
+
+    /// The same activation as plain burn operations.
+    pub fn reference<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
+        match self {
+            Activation::Silu => burn::tensor::activation::silu(x),
+            Activation::Gelu => burn::tensor::activation::gelu(x),
+        }
+    }
+}
+
+/// Elements per parallel task of the elementwise kernels.
+const ELEMENTWISE_CHUNK: usize = 1 << 14;
+
+/// `act(x + bias)` elementwise, the bias broadcast along the last dimension (width `dim`).
+fn act_forward(x: &[f32], bias: Option<&[f32]>, dim: usize, act: Activation) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    // Whole rows per task, so that each task's rows line up with the bias.
+    let chunk = ELEMENTWISE_CHUNK.div_ceil(dim) * dim;
+    out.par_chunks_mut(chunk)
+        .zip(x.par_chunks(chunk))
+        .for_each(|(o, x)| match bias {
+            Some(b) => o.chunks_mut(dim).zip(x.chunks(dim)).for_each(|(o, x)| {
+                for ((o, &x), &b) in o.iter_mut().zip(x).zip(b) {
+                    *o = act.value(x + b);
+                }
+            }),
+            None => o.iter_mut().zip(x).for_each(|(o, &x)| *o = act.value(x)),
+        });
+    out
+}
+
+#[derive(Clone)]
+struct ActSaved {
+    input: FlexTensor,
+    bias: Option<Arc<Vec<f32>>>,
+    act: Activation,
+}
+
+impl fmt::Debug for ActSaved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ActSaved({:?})", self.act)
+    }
+}
+
+#[derive(Debug)]
+struct ActBackward;
+
+impl<const P: usize> Backward<Flex, P> for ActBackward {
+    type State = ActSaved;
+
+    fn backward(self, ops: Ops<Self::State, P>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let saved = ops.state;
+        let grad = contiguous(&grads.consume::<Flex>(&ops.node));
+        let shape = dims(&saved.input);
+        let dim = *shape.last().expect("rank ≥ 1");
+        let (x, g) = (slice(&saved.input), slice(&grad));
+        let (act, bias) = (saved.act, saved.bias.as_deref());
+        let chunk = ELEMENTWISE_CHUNK.div_ceil(dim) * dim;
+        let mut dx = vec![0f32; x.len()];
+        // dpre = g · act'(x + b); dx = dpre; dbias = Σ over rows of dpre.
+        let dbias = dx
+            .par_chunks_mut(chunk)
+            .zip(x.par_chunks(chunk))
+            .zip(g.par_chunks(chunk))
+            .map(|((o, x), g)| {
+                let mut db = vec![0f32; if bias.is_some() { dim } else { 0 }];
+                for ((o, x), g) in o.chunks_mut(dim).zip(x.chunks(dim)).zip(g.chunks(dim)) {
+                    match bias {
+                        Some(b) => {
+                            for (i, ((o, &x), &g)) in o.iter_mut().zip(x).zip(g).enumerate() {
+                                *o = g * act.derivative(x + b[i]);
+                                db[i] += *o;
+                            }
+                        }
+                        None => {
+                            for ((o, &x), &g) in o.iter_mut().zip(x).zip(g) {
+                                *o = g * act.derivative(x);
+                            }
+                        }
+                    }
+                }
+                db
+            })
+            // In order, serially: reproducible sums (see the rotary backward).
+            .collect::<Vec<_>>()
+            .into_iter()
+            .fold(Vec::new(), |mut a, b| {
+                if a.is_empty() {
+                    return b;
+                }
+                a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+                a
+            });
+        let results = [Some(dx), bias.map(|_| dbias)];
+        let shapes = [shape, vec![dim]];
+        for ((parent, data), shape) in ops.parents.iter().zip(results).zip(shapes) {
+            if let (Some(node), Some(data)) = (parent, data) {
+                grads.register::<Flex>(node.id, flex_from(data, shape));
+            }
+        }
+    }
+}
+
+/// `act(x)` elementwise, fused on `flex` (one pass forward, one backward), burn's own elsewhere.
+pub fn activation<const D: usize>(x: Tensor<D>, act: Activation) -> Tensor<D> {
+    bias_activation(x, None, act)
+}
+
+/// `act(x + bias)` with the bias ([d]) broadcast along the last dimension: one pass each way on
+/// `flex` (the bias add of a linear layer folded into its activation), burn's own elsewhere.
+pub fn bias_activation<const D: usize>(
+    x: Tensor<D>,
+    bias: Option<Tensor<1>>,
+    act: Activation,
+) -> Tensor<D> {
+    let reference = |x: Tensor<D>, bias: Option<Tensor<1>>| {
+        let x = match bias {
+            Some(b) => {
+                let mut shape = [1usize; D];
+                shape[D - 1] = b.dims()[0];
+                x + b.reshape(shape)
+            }
+            None => x,
+        };
+        act.reference(x)
+    };
+    let dim = x.dims()[D - 1];
+    if let Some(b) = &bias {
+        assert_eq!(b.dims()[0], dim, "activation bias width");
+    }
+    match route(&x.device()) {
+        Route::Reference => reference(x, bias),
+        Route::Plain => {
+            let Ok(p) = x.clone().try_into_primitive::<Flex>() else {
+                return reference(x, bias);
+            };
+            let p = contiguous(&p);
+            let host = bias.as_ref().map(host_vec);
+            let out = act_forward(slice(&p), host.as_deref(), dim, act);
+            Tensor::from_primitive::<Flex>(flex_from(out, dims(&p)))
+        }
+        Route::Autodiff => {
+            let t = x.clone().try_into_primitive::<Ad>();
+            let b = bias.clone().map(|b| b.try_into_primitive::<Ad>());
+            let (Ok(t), Some(Ok(_)) | None) = (t, &b) else {
+                return reference(x, bias);
+            };
+            let input = contiguous(t.primitive());
+            let host = bias.as_ref().map(|b| Arc::new(host_vec(b)));
+            let output = flex_from(
+                act_forward(
+                    slice(&input),
+                    host.as_deref().map(|v| v.as_slice()),
+                    dim,
+                    act,
+                ),
+                dims(&input),
+            );
+            let saved = ActSaved {
+                input,
+                bias: host,
+                act,
+            };
+            let out = match b {
+                Some(Ok(b)) => record(ActBackward, [t.node(), b.node()], saved, output),
+                Some(Err(_)) => unreachable!("checked above"),
+                None => record(ActBackward, [t.node()], saved, output),
+            };
+            Tensor::from_primitive::<Ad>(out)
+        }
+    }
+}

@@ -1,0 +1,521 @@
+//! Fused attention: `score(Q Kᵀ · scale + bias) V` in blocks of query rows, forward and backward.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// The function applied to the scores of [`attention`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScoreFn {
+    /// Row-wise softmax (Transformers).
+    Softmax,
+    /// Elementwise `relu(x)²` (GAU, FLASH §2).
+    Relu2,
+}
+
+/// What [`attention`] computes: `score(Q Kᵀ · scale + bias) V`, keys after the query masked out
+/// when `causal`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionSpec {
+    /// The score function.
+    pub score: ScoreFn,
+    /// Multiplies `Q Kᵀ` before the bias.
+    pub scale: f32,
+    /// Whether query i sees only keys j ≤ i.
+    pub causal: bool,
+}
+
+/// Inputs of one attention call as contiguous flex tensors.
+#[derive(Clone)]
+struct AttnInputs {
+    q: FlexTensor,
+    k: FlexTensor,
+    v: FlexTensor,
+    bias: Option<FlexTensor>,
+    spec: AttentionSpec,
+    /// (N, T, S, dk, dv)
+    n: usize,
+    t: usize,
+    s: usize,
+    dk: usize,
+    dv: usize,
+}
+
+impl AttnInputs {
+    fn new(
+        q: &FlexTensor,
+        k: &FlexTensor,
+        v: &FlexTensor,
+        bias: Option<&FlexTensor>,
+        spec: AttentionSpec,
+    ) -> Self {
+        let (qd, kd, vd) = (dims(q), dims(k), dims(v));
+        let [n, t, dk] = [qd[0], qd[1], qd[2]];
+        let s = kd[1];
+        let dv = vd[2];
+        assert_eq!(
+            (kd[0], kd[2], vd[0], vd[1]),
+            (n, dk, n, s),
+            "attention shapes"
+        );
+        if spec.causal {
+            assert_eq!(t, s, "causal attention needs as many queries as keys");
+        }
+        if let Some(b) = bias {
+            assert_eq!(dims(b), vec![t, s], "attention bias shape");
+        }
+        Self {
+            q: contiguous(q),
+            k: contiguous(k),
+            v: contiguous(v),
+            bias: bias.map(contiguous),
+            spec,
+            n,
+            t,
+            s,
+            dk,
+            dv,
+        }
+    }
+
+    /// Keys visible to the query block ending (exclusively) at row `i1`.
+    fn key_limit(&self, i1: usize) -> usize {
+        if self.spec.causal { i1 } else { self.s }
+    }
+
+    /// Whether batch elements run in parallel (each with a single-threaded gemm) or one after
+    /// another (with a multi-threaded gemm and parallel rows).
+    fn parallel_batches(&self) -> bool {
+        self.n >= rayon::current_num_threads()
+    }
+
+    /// Scores of query rows `i0..i1` of batch element `b` against keys `0..kmax`, scaled and
+    /// biased, into `buf` ([i1 − i0, kmax] row-major); masked entries are `−inf`.
+    fn scores(&self, b: usize, i0: usize, i1: usize, buf: &mut [f32], par: Threads) {
+        let kmax = self.key_limit(i1);
+        let (q, k) = (slice(&self.q), slice(&self.k));
+        let (dk, rows) = (self.dk, i1 - i0);
+        let qp = q[(b * self.t + i0) * dk..].as_ptr();
+        let kp = k[b * self.s * dk..].as_ptr();
+        // SAFETY: rows × dk of q from row i0 and kmax × dk of k are inside b's slices; buf holds rows × kmax.
+        unsafe {
+            matmul(
+                (rows, kmax, dk),
+                buf.as_mut_ptr(),
+                kmax,
+                false,
+                (qp, dk, 1),
+                (kp, 1, dk),
+                self.spec.scale,
+                par.gemm(),
+            );
+        }
+        let bias = self.bias.as_ref().map(slice);
+        let causal = self.spec.causal;
+        let s = self.s;
+        let fix_row = |(r, row): (usize, &mut [f32])| {
+            let i = i0 + r;
+            if let Some(bias) = bias {
+                let brow = &bias[i * s..i * s + kmax];
+                row.iter_mut().zip(brow).for_each(|(x, b)| *x += b);
+            }
+            if causal {
+                row[i + 1..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+            }
+        };
+        if par == Threads::PerBatch {
+            buf.chunks_mut(kmax).enumerate().for_each(fix_row);
+        } else {
+            buf.par_chunks_mut(kmax).enumerate().for_each(fix_row);
+        }
+    }
+}
+
+/// Applies the score function in place to one row of scores; returns the row's log-sum-exp
+/// (softmax) or 0 (relu²).
+#[inline]
+fn score_row(score: ScoreFn, row: &mut [f32]) -> f32 {
+    match score {
+        ScoreFn::Softmax => {
+            let m = row.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+            let mut l = 0.0f32;
+            for x in row.iter_mut() {
+                *x = fast_exp(*x - m);
+                l += *x;
+            }
+            let inv = 1.0 / l;
+            row.iter_mut().for_each(|x| *x *= inv);
+            m + l.ln()
+        }
+        ScoreFn::Relu2 => {
+            row.iter_mut().for_each(|x| {
+                let r = x.max(0.0);
+                *x = r * r;
+            });
+            0.0
+        }
+    }
+}
+
+/// Forward of one batch element: writes `out` ([T, dv]) and `lse` ([T], softmax only).
+fn attn_forward_one(
+    x: &AttnInputs,
+    b: usize,
+    out: &mut [f32],
+    lse: &mut [f32],
+    buf: &mut Vec<f32>,
+    par: Threads,
+) {
+    let v = slice(&x.v);
+    let vp = v[b * x.s * x.dv..].as_ptr();
+    for i0 in (0..x.t).step_by(ROW_BLOCK) {
+        let i1 = (i0 + ROW_BLOCK).min(x.t);
+        let kmax = x.key_limit(i1);
+        let rows = i1 - i0;
+        buf.resize(rows * kmax, 0.0);
+        x.scores(b, i0, i1, buf, par);
+        let score = x.spec.score;
+        let lse_blk = &mut lse[i0..i1];
+        if par == Threads::PerBatch {
+            buf.chunks_mut(kmax)
+                .zip(lse_blk.iter_mut())
+                .for_each(|(row, l)| *l = score_row(score, row));
+        } else {
+            buf.par_chunks_mut(kmax)
+                .zip(lse_blk.par_iter_mut())
+                .for_each(|(row, l)| *l = score_row(score, row));
+        }
+        // SAFETY: buf is rows × kmax, v's kmax × dv rows are inside b's slice, out holds T × dv.
+        unsafe {
+            matmul(
+                (rows, x.dv, kmax),
+                out[i0 * x.dv..].as_mut_ptr(),
+                x.dv,
+                false,
+                (buf.as_ptr(), kmax, 1),
+                (vp, x.dv, 1),
+                1.0,
+                par.gemm(),
+            );
+        }
+    }
+}
+
+/// Forward over all batch elements: ([N, T, dv], log-sum-exp [N, T]).
+fn attn_forward(x: &AttnInputs) -> (Vec<f32>, Vec<f32>) {
+    let mut out = vec![0f32; x.n * x.t * x.dv];
+    let mut lse = vec![0f32; x.n * x.t];
+    if x.parallel_batches() {
+        out.par_chunks_mut(x.t * x.dv)
+            .zip(lse.par_chunks_mut(x.t))
+            .enumerate()
+            .for_each_init(Vec::new, |buf, (b, (o, l))| {
+                attn_forward_one(x, b, o, l, buf, Threads::PerBatch)
+            });
+    } else {
+        let mut buf = Vec::new();
+        for (b, (o, l)) in out
+            .chunks_mut(x.t * x.dv)
+            .zip(lse.chunks_mut(x.t))
+            .enumerate()
+        {
+            attn_forward_one(x, b, o, l, &mut buf, Threads::Within);
+        }
+    }
+    (out, lse)
+}
+
+/// Gradients of batch element `b`, given the forward's output and log-sum-exp ([N, T, dv], [N, T])
+/// and the upstream gradient [N, T, dv].
+#[allow(clippy::too_many_arguments)]
+fn attn_backward_one(
+    x: &AttnInputs,
+    b: usize,
+    (out, lse, grad): (&[f32], &[f32], &[f32]),
+    (dq, dk, dv): (&mut [f32], &mut [f32], &mut [f32]),
+    mut dbias: Option<&mut [f32]>,
+    (buf, dp): (&mut Vec<f32>, &mut Vec<f32>),
+    par: Threads,
+) {
+    let (q, k, v) = (slice(&x.q), slice(&x.k), slice(&x.v));
+    let (t, s, dkw, dvw) = (x.t, x.s, x.dk, x.dv);
+    // This batch element's rows of the forward output, log-sum-exp and upstream gradient.
+    let out = &out[b * t * dvw..(b + 1) * t * dvw];
+    let lse = &lse[b * t..(b + 1) * t];
+    let grad = &grad[b * t * dvw..(b + 1) * t * dvw];
+    let qb = &q[b * t * dkw..(b + 1) * t * dkw];
+    let kp = k[b * s * dkw..].as_ptr();
+    let vp = v[b * s * dvw..].as_ptr();
+    let score = x.spec.score;
+    for i0 in (0..t).step_by(ROW_BLOCK) {
+        let i1 = (i0 + ROW_BLOCK).min(t);
+        let kmax = x.key_limit(i1);
+        let rows = i1 - i0;
+        buf.resize(rows * kmax, 0.0);
+        dp.resize(rows * kmax, 0.0);
+        x.scores(b, i0, i1, buf, par);
+        // dP = dO Vᵀ: [rows, kmax].
+        // SAFETY: grad rows i0..i1 × dv, v's kmax × dv, dp rows × kmax.
+        unsafe {
+            matmul(
+                (rows, kmax, dvw),
+                dp.as_mut_ptr(),
+                kmax,
+                false,
+                (grad[i0 * dvw..].as_ptr(), dvw, 1),
+                (vp, 1, dvw),
+                1.0,
+                par.gemm(),
+            );
+        }
+        // buf ← P (the probabilities / relu² weights), dp ← dX (gradient of the biased scores).
+        let row_fn = |(r, (p_row, d_row)): (usize, (&mut [f32], &mut [f32]))| {
+            let i = i0 + r;
+            match score {
+                ScoreFn::Softmax => {
+                    let l = lse[i];
+                    let o = &out[i * dvw..(i + 1) * dvw];
+                    let g = &grad[i * dvw..(i + 1) * dvw];
+                    let delta: f32 = o.iter().zip(g).map(|(a, b)| a * b).sum();
+                    for (p, d) in p_row.iter_mut().zip(d_row.iter_mut()) {
+                        *p = fast_exp(*p - l);
+                        *d = *p * (*d - delta);
+                    }
+                }
+                ScoreFn::Relu2 => {
+                    for (p, d) in p_row.iter_mut().zip(d_row.iter_mut()) {
+                        let r = p.max(0.0);
+                        *p = r * r;
+                        *d *= 2.0 * r;
+                    }
+                }
+            }
+        };
+        if par == Threads::PerBatch {
+            buf.chunks_mut(kmax)
+                .zip(dp.chunks_mut(kmax))
+                .enumerate()
+                .for_each(row_fn);
+        } else {
+            buf.par_chunks_mut(kmax)
+                .zip(dp.par_chunks_mut(kmax))
+                .enumerate()
+                .for_each(row_fn);
+        }
+        if let Some(db) = dbias.as_deref_mut() {
+            for (r, d_row) in dp.chunks(kmax).enumerate() {
+                let i = i0 + r;
+                db[i * s..i * s + kmax]
+                    .iter_mut()
+                    .zip(d_row)
+                    .for_each(|(a, d)| *a += d);
+            }
+        }
+        let scale = x.spec.scale;
+        // SAFETY: all operands are inside b's slices: dp, buf rows × kmax; q, dq rows i0..i1;
+        // k, dk, v, dv rows 0..kmax.
+        unsafe {
+            // dQ = dX K · scale
+            matmul(
+                (rows, dkw, kmax),
+                dq[i0 * dkw..].as_mut_ptr(),
+                dkw,
+                false,
+                (dp.as_ptr(), kmax, 1),
+                (kp, dkw, 1),
+                scale,
+                par.gemm(),
+            );
+            // dK += dXᵀ Q · scale
+            matmul(
+                (kmax, dkw, rows),
+                dk.as_mut_ptr(),
+                dkw,
+                true,
+                (dp.as_ptr(), 1, kmax),
+                (qb[i0 * dkw..].as_ptr(), dkw, 1),
+                scale,
+                par.gemm(),
+            );
+            // dV += Pᵀ dO
+            matmul(
+                (kmax, dvw, rows),
+                dv.as_mut_ptr(),
+                dvw,
+                true,
+                (buf.as_ptr(), 1, kmax),
+                (grad[i0 * dvw..].as_ptr(), dvw, 1),
+                1.0,
+                par.gemm(),
+            );
+        }
+    }
+}
+
+/// Gradients (dQ, dK, dV, dBias) of [`attention`] given the upstream gradient [N, T, dv].
+fn attn_backward(
+    x: &AttnInputs,
+    out: &[f32],
+    lse: &[f32],
+    grad: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+    let (n, t, s, dkw, dvw) = (x.n, x.t, x.s, x.dk, x.dv);
+    let mut dq = vec![0f32; n * t * dkw];
+    let mut dk = vec![0f32; n * s * dkw];
+    let mut dv = vec![0f32; n * s * dvw];
+    let has_bias = x.bias.is_some();
+    let dbias = if x.parallel_batches() {
+        let partial: Vec<Option<Vec<f32>>> = dq
+            .par_chunks_mut(t * dkw)
+            .zip(dk.par_chunks_mut(s * dkw))
+            .zip(dv.par_chunks_mut(s * dvw))
+            .enumerate()
+            .map_init(
+                || (Vec::new(), Vec::new()),
+                |(buf, dp), (b, ((dq, dk), dv))| {
+                    let mut db = has_bias.then(|| vec![0f32; t * s]);
+                    attn_backward_one(
+                        x,
+                        b,
+                        (out, lse, grad),
+                        (dq, dk, dv),
+                        db.as_deref_mut(),
+                        (buf, dp),
+                        Threads::PerBatch,
+                    );
+                    db
+                },
+            )
+            .collect();
+        partial.into_iter().reduce(|a, b| match (a, b) {
+            (Some(mut a), Some(b)) => {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                Some(a)
+            }
+            _ => None,
+        })
+    } else {
+        let mut db = has_bias.then(|| vec![0f32; t * s]);
+        let (mut buf, mut dp) = (Vec::new(), Vec::new());
+        for (b, ((dq, dk), dv)) in dq
+            .chunks_mut(t * dkw)
+            .zip(dk.chunks_mut(s * dkw))
+            .zip(dv.chunks_mut(s * dvw))
+            .enumerate()
+        {
+            attn_backward_one(
+                x,
+                b,
+                (out, lse, grad),
+                (dq, dk, dv),
+                db.as_deref_mut(),
+                (&mut buf, &mut dp),
+                Threads::Within,
+            );
+        }
+        Some(db)
+    }
+    .flatten();
+    (dq, dk, dv, dbias)
+}
+
+/// What the attention backward keeps from the forward.
+#[derive(Clone)]
+struct AttnSaved {
+    inputs: AttnInputs,
+    out: Arc<Vec<f32>>,
+    lse: Arc<Vec<f32>>,
+}
+
+impl fmt::Debug for AttnSaved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AttnSaved({:?})", self.inputs.spec)
+    }
+}
+
+#[derive(Debug)]
+struct AttnBackward;
+
+impl<const P: usize> Backward<Flex, P> for AttnBackward {
+    type State = AttnSaved;
+
+    fn backward(self, ops: Ops<Self::State, P>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let saved = ops.state;
+        let x = &saved.inputs;
+        let grad = contiguous(&grads.consume::<Flex>(&ops.node));
+        let (dq, dk, dv, dbias) = attn_backward(x, &saved.out, &saved.lse, slice(&grad));
+        let shapes = [
+            vec![x.n, x.t, x.dk],
+            vec![x.n, x.s, x.dk],
+            vec![x.n, x.s, x.dv],
+            vec![x.t, x.s],
+        ];
+        let results = [Some(dq), Some(dk), Some(dv), dbias];
+        for ((parent, data), shape) in ops.parents.iter().zip(results).zip(shapes) {
+            if let (Some(node), Some(data)) = (parent, data) {
+                grads.register::<Flex>(node.id, flex_from(data, shape));
+            }
+        }
+    }
+}
+
+fn attention_autodiff<const P: usize>(
+    tensors: [<Ad as BackendTypes>::FloatTensorPrimitive; P],
+    spec: AttentionSpec,
+) -> <Ad as BackendTypes>::FloatTensorPrimitive {
+    let nodes = tensors.each_ref().map(|t| t.node());
+    let prims: Vec<FlexTensor> = tensors.iter().map(|t| t.primitive().clone()).collect();
+    let inputs = AttnInputs::new(&prims[0], &prims[1], &prims[2], prims.get(3), spec);
+    let (out, lse) = attn_forward(&inputs);
+    let shape = vec![inputs.n, inputs.t, inputs.dv];
+    let out = Arc::new(out);
+    let output = flex_from(out.as_ref().clone(), shape);
+    record(
+        AttnBackward,
+        nodes,
+        AttnSaved {
+            inputs,
+            out,
+            lse: Arc::new(lse),
+        },
+        output,
+    )
+}
+
+/// `score(Q Kᵀ · scale + bias) V` fused (see the module doc), or `None` off `flex`.
+///
+/// q: [N, T, dk]; k: [N, S, dk]; v: [N, S, dv]; bias: [T, S] → [N, T, dv].
+pub fn attention(
+    q: &Tensor<3>,
+    k: &Tensor<3>,
+    v: &Tensor<3>,
+    bias: Option<&Tensor<2>>,
+    spec: AttentionSpec,
+) -> Option<Tensor<3>> {
+    match route(&q.device()) {
+        Route::Reference => None,
+        Route::Plain => {
+            let p = |t: &Tensor<3>| t.clone().try_into_primitive::<Flex>().ok();
+            let (q, k, v) = (p(q)?, p(k)?, p(v)?);
+            let bias = match bias {
+                Some(b) => Some(b.clone().try_into_primitive::<Flex>().ok()?),
+                None => None,
+            };
+            let inputs = AttnInputs::new(&q, &k, &v, bias.as_ref(), spec);
+            let (out, _) = attn_forward(&inputs);
+            let shape = vec![inputs.n, inputs.t, inputs.dv];
+            Some(Tensor::from_primitive::<Flex>(flex_from(out, shape)))
+        }
+        Route::Autodiff => {
+            let p = |t: &Tensor<3>| t.clone().try_into_primitive::<Ad>().ok();
+            let (q, k, v) = (p(q)?, p(k)?, p(v)?);
+            let out = match bias {
+                Some(b) => {
+                    let b = b.clone().try_into_primitive::<Ad>().ok()?;
+                    attention_autodiff([q, k, v, b], spec)
+                }
+                None => attention_autodiff([q, k, v], spec),
+            };
+            Some(Tensor::from_primitive::<Ad>(out))
+        }
+    }
+}

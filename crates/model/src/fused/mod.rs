@@ -1,0 +1,232 @@
+//! Fused CPU kernels with hand-written backward passes, for burn's `flex` backend.
+//!
+//! A plain burn graph materialises every intermediate of attention and of the loss: the [N, T, S]
+//! scores, their scaled, biased, masked and normalised copies, and one autodiff record per step,
+//! each a full pass over memory. XLA fuses those chains; to compare architectures fairly against the
+//! JAX anchor (`shared/notes/performance.md`) every architecture gets the same treatment here, one file per kernel with its backward pass:
+//!
+//! - [`attention`]: `score(Q Kᵀ · scale + bias) V` for score ∈ {softmax, relu²}, optionally causal,
+//!   computed in blocks of query rows (the block's scores live in one reused buffer, as in
+//!   FlashAttention), with the backward recomputing the block's scores instead of storing them;
+//!   causal blocks stop at the diagonal.
+//! - [`chunk_linear_attention`]: the global part of mixed chunk attention, with the running sums of
+//!   `K_linᵀ V` kept in one [s, e] buffer per sequence instead of a [G, s, e] tensor and its cumsum;
+//! - [`rotary`]: RoPE, with GAU's per-head scale and offset folded in, one pass each way;
+//! - [`activation`]: SiLU and GELU in one pass each way (burn records four to six ops for each);
+//! - [`matmul_2d`]: dense products (projections, feed-forward layers, the LM head) with gemm
+//!   called directly, forward and backward;
+//! - [`cross_entropy_rows`]: `logsumexp(x) − x[target]` per row, whose gradient is
+//!   `softmax(x) − onehot(target)`: one pass forward, one backward.
+//!
+//! Each returns `None` when the tensors do not live on `flex` (plain, or autodiff without gradient
+//! checkpointing); callers then use the plain burn reference in `attention.rs` / `lm.rs`, which the
+//! tests compare these kernels against (outputs and gradients, odd lengths). `REPRO_KERNELS=reference`
+//! forces the reference everywhere (for benchmarks of the two).
+
+use std::fmt;
+use std::sync::Arc;
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::{Autodiff, BackendTypes, DispatchDevice, Flex, GradientCheckpointingStrategy};
+use burn::prelude::*;
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+type Ad = Autodiff<Flex>;
+
+/// Query rows per block: the block's scores are `ROW_BLOCK × S` floats (4 MB at S = 8192).
+pub const ROW_BLOCK: usize = 128;
+
+/// How a kernel uses the thread pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Threads {
+    /// Batch elements run in parallel, each single-threaded.
+    PerBatch,
+    /// One batch element at a time, with multi-threaded matrix products and rows.
+    Within,
+}
+
+impl Threads {
+    fn gemm(self) -> Parallelism {
+        match self {
+            Threads::PerBatch => Parallelism::None,
+            Threads::Within => Parallelism::Rayon(0),
+        }
+    }
+}
+
+/// Where a tensor's computation can go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// `flex` with autodiff (no gradient checkpointing): fused forward and backward.
+    Autodiff,
+    /// Plain `flex`: fused forward.
+    Plain,
+    /// Anything else: the caller's reference implementation.
+    Reference,
+}
+
+/// Whether `REPRO_KERNELS=reference` asks for the plain burn implementations.
+pub fn forced_reference() -> bool {
+    std::env::var("REPRO_KERNELS").is_ok_and(|v| v == "reference")
+}
+
+fn route(device: &Device) -> Route {
+    if forced_reference() {
+        return Route::Reference;
+    }
+    match device.as_dispatch() {
+        DispatchDevice::Flex(_) => Route::Plain,
+        DispatchDevice::Autodiff(ad)
+            if ad.gradient_checkpointing_strategy() == GradientCheckpointingStrategy::Disabled
+                && matches!(ad.clone().inner(), DispatchDevice::Flex(_)) =>
+        {
+            Route::Autodiff
+        }
+        _ => Route::Reference,
+    }
+}
+
+/// Records a fused op on the autodiff graph: `output` is its forward result, `state` what its
+/// backward needs (dropped when no input is tracked).
+fn record<Op: Backward<Flex, P>, const P: usize>(
+    op: Op,
+    nodes: [NodeGuard; P],
+    state: Op::State,
+    output: FlexTensor,
+) -> <Ad as BackendTypes>::FloatTensorPrimitive {
+    match op
+        .prepare::<NoCheckpointing>(nodes)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(state, output),
+        OpsKind::UnTracked(prep) => prep.finish(output),
+    }
+}
+
+/// Whether the fused kernels run for tensors on `device`.
+pub fn available(device: &Device) -> bool {
+    route(device) != Route::Reference
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw buffers.
+
+/// The f32 elements of a flex tensor in row-major order (copied only when not contiguous).
+fn contiguous(t: &FlexTensor) -> FlexTensor {
+    if t.is_contiguous() && t.as_slice::<f32>().is_some() {
+        t.clone()
+    } else {
+        t.to_contiguous()
+    }
+}
+
+fn slice(t: &FlexTensor) -> &[f32] {
+    t.as_slice::<f32>()
+        .expect("fused kernels take contiguous f32 tensors")
+}
+
+fn flex_from(data: Vec<f32>, shape: Vec<usize>) -> FlexTensor {
+    FlexTensor::from_data(TensorData::new(data, shape))
+}
+
+fn dims(t: &FlexTensor) -> Vec<usize> {
+    t.layout().shape().to_vec()
+}
+
+/// A 1-D tensor's values on the host, as f32.
+fn host_vec(t: &Tensor<1>) -> Vec<f32> {
+    t.clone()
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .expect("f32 data")
+}
+
+/// `dst[m×n] (+)= beta · A[m×k] · B[k×n]`, each matrix given by a pointer and (row, column) strides;
+/// `dst` is row-major with row stride `dst_rs`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn matmul(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut f32,
+    dst_rs: usize,
+    accumulate: bool,
+    a: (*const f32, usize, usize),
+    b: (*const f32, usize, usize),
+    beta: f32,
+    par: Parallelism,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    // SAFETY: the caller guarantees that every index reached through the strides is in bounds.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            dst_rs as isize,
+            accumulate,
+            a.0,
+            a.2 as isize,
+            a.1 as isize,
+            b.0,
+            b.2 as isize,
+            b.1 as isize,
+            1.0,
+            beta,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+/// `exp(x)` for f32 by range reduction and a degree-6 polynomial (Cephes `expf`), written without
+/// branches so that it vectorises; relative error below 2e-7 on [−87, 88], 0 below −87.
+#[inline(always)]
+pub fn fast_exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    // Round to nearest by adding and subtracting 1.5·2²³: `f32::round` is a library call on
+    // baseline x86-64 and would keep the loop from vectorising.
+    const ROUNDER: f32 = 12_582_912.0;
+    let xc = x.clamp(-87.0, 88.0);
+    let n = (xc * LOG2E + ROUNDER) - ROUNDER;
+    let r = xc - n * LN2_HI - n * LN2_LO;
+    let p = 1.987_569_1e-4_f32;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 5e-1;
+    let p = p * r * r + r + 1.0;
+    // SAFETY: n is an integer in [−126, 127] after the clamp, so the conversion is exact.
+    let n = unsafe { n.to_int_unchecked::<i32>() };
+    let scale = f32::from_bits(((n + 127) as u32) << 23);
+    let y = p * scale;
+    if x < -87.0 { 0.0 } else { y }
+}
+
+mod activation;
+mod attention;
+mod chunk_linear;
+mod cross_entropy;
+mod product;
+mod rotary;
+
+pub use activation::{Activation, activation, bias_activation, erf};
+pub use attention::{AttentionSpec, ScoreFn, attention};
+pub use chunk_linear::chunk_linear_attention;
+pub use cross_entropy::cross_entropy_rows;
+pub use product::matmul_2d;
+pub use rotary::{RotaryTables, rotary};

@@ -1,0 +1,203 @@
+//! Rotary position embedding, with GAU's per-head scale and offset folded in, one pass each way.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// Rows per parallel task of the rotary kernel.
+const ROTARY_ROWS: usize = 256;
+
+/// RoPE tables as host slices: cos and sin, each [T, dim / 2].
+#[derive(Clone, Debug)]
+pub struct RotaryTables {
+    /// cos(p · ω_i), row-major [T, dim / 2].
+    pub cos: Arc<Vec<f32>>,
+    /// sin(p · ω_i), row-major [T, dim / 2].
+    pub sin: Arc<Vec<f32>>,
+    /// Number of positions T.
+    pub len: usize,
+}
+
+#[derive(Clone)]
+struct RotSaved {
+    input: FlexTensor,
+    gamma: Option<Arc<Vec<f32>>>,
+    tables: RotaryTables,
+}
+
+impl fmt::Debug for RotSaved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RotSaved({} positions)", self.tables.len)
+    }
+}
+
+/// `rotate(γ ⊙ x + β)` rows of width `dim`, in place in `out` (which holds x).
+fn rotate_rows(
+    out: &mut [f32],
+    first_row: usize,
+    dim: usize,
+    affine: Option<(&[f32], &[f32])>,
+    tab: &RotaryTables,
+) {
+    let half = dim / 2;
+    for (r, row) in out.chunks_mut(dim).enumerate() {
+        let p = (first_row + r) % tab.len;
+        if let Some((g, b)) = affine {
+            row.iter_mut()
+                .zip(g)
+                .zip(b)
+                .for_each(|((x, g), b)| *x = *x * g + b);
+        }
+        let (cos, sin) = (
+            &tab.cos[p * half..(p + 1) * half],
+            &tab.sin[p * half..(p + 1) * half],
+        );
+        let (x1, x2) = row.split_at_mut(half);
+        for i in 0..half {
+            let (a, b) = (x1[i], x2[i]);
+            x1[i] = a * cos[i] - b * sin[i];
+            x2[i] = b * cos[i] + a * sin[i];
+        }
+    }
+}
+
+fn rotate_forward(
+    x: &[f32],
+    dim: usize,
+    affine: Option<(&[f32], &[f32])>,
+    tab: &RotaryTables,
+) -> Vec<f32> {
+    let mut out = x.to_vec();
+    out.par_chunks_mut(ROTARY_ROWS * dim)
+        .enumerate()
+        .for_each(|(c, rows)| rotate_rows(rows, c * ROTARY_ROWS, dim, affine, tab));
+    out
+}
+
+#[derive(Debug)]
+struct RotBackward;
+
+impl<const P: usize> Backward<Flex, P> for RotBackward {
+    type State = RotSaved;
+
+    fn backward(self, ops: Ops<Self::State, P>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let saved = ops.state;
+        let grad = contiguous(&grads.consume::<Flex>(&ops.node));
+        let (x, g) = (slice(&saved.input), slice(&grad));
+        let shape = dims(&saved.input);
+        let dim = *shape.last().expect("rank ≥ 1");
+        let half = dim / 2;
+        let tab = &saved.tables;
+        let gamma = saved.gamma.as_deref();
+        // dY = Rᵀ dOut (the inverse rotation); dX = γ ⊙ dY; dγ = Σ X ⊙ dY; dβ = Σ dY.
+        let mut dx = vec![0f32; x.len()];
+        let (dgamma, dbeta) = dx
+            .par_chunks_mut(ROTARY_ROWS * dim)
+            .zip(x.par_chunks(ROTARY_ROWS * dim))
+            .zip(g.par_chunks(ROTARY_ROWS * dim))
+            .enumerate()
+            .map(|(c, ((dx, x), g))| {
+                let (mut dgam, mut dbet) = (vec![0f32; dim], vec![0f32; dim]);
+                for (r, ((dx, x), g)) in dx
+                    .chunks_mut(dim)
+                    .zip(x.chunks(dim))
+                    .zip(g.chunks(dim))
+                    .enumerate()
+                {
+                    let p = (c * ROTARY_ROWS + r) % tab.len;
+                    let (cos, sin) = (
+                        &tab.cos[p * half..(p + 1) * half],
+                        &tab.sin[p * half..(p + 1) * half],
+                    );
+                    for i in 0..half {
+                        let (d1, d2) = (g[i], g[half + i]);
+                        dx[i] = d1 * cos[i] + d2 * sin[i];
+                        dx[half + i] = d2 * cos[i] - d1 * sin[i];
+                    }
+                    if let Some(gamma) = gamma {
+                        for i in 0..dim {
+                            dgam[i] += x[i] * dx[i];
+                            dbet[i] += dx[i];
+                            dx[i] *= gamma[i];
+                        }
+                    }
+                }
+                (dgam, dbet)
+            })
+            // Collected in order and summed serially: the same sums in the same order every run
+            // (rayon's reduce tree depends on work stealing), so training is reproducible.
+            .collect::<Vec<_>>()
+            .into_iter()
+            .fold(
+                (vec![0f32; dim], vec![0f32; dim]),
+                |(mut a, mut b), (c, d)| {
+                    a.iter_mut().zip(&c).for_each(|(a, c)| *a += c);
+                    b.iter_mut().zip(&d).for_each(|(b, d)| *b += d);
+                    (a, b)
+                },
+            );
+        let results = [Some(dx), Some(dgamma), Some(dbeta)];
+        let shapes = [shape, vec![dim], vec![dim]];
+        for ((parent, data), shape) in ops.parents.iter().zip(results).zip(shapes) {
+            if let (Some(node), Some(data)) = (parent, data) {
+                grads.register::<Flex>(node.id, flex_from(data, shape));
+            }
+        }
+    }
+}
+
+/// Rotary position embedding (FLASH's convention: the two halves of each vector rotate) of
+/// `γ ⊙ x + β`, or of `x` without `affine`, fused, or `None` off `flex`.
+///
+/// x: [.., T, dim] with T = `tables.len`; γ, β: [dim] → [.., T, dim].
+pub fn rotary<const D: usize>(
+    x: &Tensor<D>,
+    affine: Option<(&Tensor<1>, &Tensor<1>)>,
+    tables: &RotaryTables,
+) -> Option<Tensor<D>> {
+    let dims_x = x.dims();
+    assert_eq!(
+        dims_x[D - 2],
+        tables.len,
+        "RoPE tables cover {} positions, input has {}",
+        tables.len,
+        dims_x[D - 2]
+    );
+    let route = route(&x.device());
+    if route == Route::Reference {
+        return None;
+    }
+    let host = affine.map(|(g, b)| (host_vec(g), host_vec(b)));
+    let host_ref = host.as_ref().map(|(g, b)| (g.as_slice(), b.as_slice()));
+    let dim = dims_x[D - 1];
+    match route {
+        Route::Plain => {
+            let p = contiguous(&x.clone().try_into_primitive::<Flex>().ok()?);
+            let out = rotate_forward(slice(&p), dim, host_ref, tables);
+            Some(Tensor::from_primitive::<Flex>(flex_from(out, dims(&p))))
+        }
+        Route::Autodiff => {
+            let t = x.clone().try_into_primitive::<Ad>().ok()?;
+            let input = contiguous(t.primitive());
+            let output = flex_from(
+                rotate_forward(slice(&input), dim, host_ref, tables),
+                dims(&input),
+            );
+            let gamma = host.map(|(g, _)| Arc::new(g));
+            let saved = RotSaved {
+                input,
+                gamma,
+                tables: tables.clone(),
+            };
+            let out = match affine {
+                Some((g, b)) => {
+                    let g = g.clone().try_into_primitive::<Ad>().ok()?;
+                    let b = b.clone().try_into_primitive::<Ad>().ok()?;
+                    record(RotBackward, [t.node(), g.node(), b.node()], saved, output)
+                }
+                None => record(RotBackward, [t.node()], saved, output),
+            };
+            Some(Tensor::from_primitive::<Ad>(out))
+        }
+        Route::Reference => None,
+    }
+}

@@ -1,0 +1,332 @@
+//! Verdicts computed from the sweeps' rows, never written by hand: per model and context, the final
+//! perplexity over seeds, the speedup to the baseline's final perplexity over every (model seed,
+//! baseline seed) pair, decomposed as (steps ratio) × (step-time ratio), and whether the whole
+//! range lies on the paper's side of 1.
+
+use std::fmt;
+
+use report::speedup_to_baseline;
+use serde::{Deserialize, Serialize};
+
+/// One evaluation of one run: a row of a sweep's `metrics.csv` (the run's identity, then the
+/// trainer's row).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SweepRow {
+    /// Model name (architecture or variant).
+    pub model: String,
+    pub context: usize,
+    pub seed: u64,
+    /// The run's directory in the run store (relative to the store).
+    pub run: String,
+    pub step: usize,
+    pub tokens: u64,
+    pub device_hours: f64,
+    pub flops: f64,
+    pub train_loss: f64,
+    pub eval_loss: f64,
+    pub eval_ppl: f64,
+    pub tokens_per_s: f64,
+    pub lr: f64,
+}
+
+/// Where a claim's number must lie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The whole range lies on the paper's side.
+    Reproduced,
+    /// The whole range lies on the other side.
+    Refuted,
+    /// The range straddles the threshold.
+    Inconclusive,
+}
+
+impl Verdict {
+    /// The verdict on "greater than `threshold`" for a range of values.
+    pub fn above(range: &Spread, threshold: f64) -> Self {
+        if range.min > threshold {
+            Verdict::Reproduced
+        } else if range.max < threshold {
+            Verdict::Refuted
+        } else {
+            Verdict::Inconclusive
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            Verdict::Reproduced => "reproduced",
+            Verdict::Refuted => "refuted",
+            Verdict::Inconclusive => "inconclusive",
+        })
+    }
+}
+
+/// Mean and range of a set of values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `values` (not empty).
+    pub fn of(values: &[f64]) -> Self {
+        let n = values.len() as f64;
+        Self {
+            mean: values.iter().sum::<f64>() / n,
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+
+    /// `mean [min–max]` with `digits` decimals, or the mean alone when all values are equal.
+    pub fn show(&self, digits: usize) -> String {
+        if self.min == self.max {
+            format!("{:.digits$}", self.mean)
+        } else {
+            format!(
+                "{:.digits$} [{:.digits$}–{:.digits$}]",
+                self.mean, self.min, self.max
+            )
+        }
+    }
+}
+
+/// The rows of one run (one model, context and seed), in training order.
+#[derive(Clone, Debug)]
+pub struct Run<'a> {
+    pub seed: u64,
+    pub rows: Vec<&'a SweepRow>,
+}
+
+impl Run<'_> {
+    fn curve(&self, x: fn(&SweepRow) -> f64) -> Vec<(f64, f64)> {
+        self.rows.iter().map(|r| (x(r), r.eval_ppl)).collect()
+    }
+    fn last(&self) -> &SweepRow {
+        self.rows.last().expect("a run has rows")
+    }
+    /// Training device-hours per step.
+    fn hours_per_step(&self) -> f64 {
+        let last = self.last();
+        last.device_hours / last.step.max(1) as f64
+    }
+    /// Relative improvement of held-out loss over the last quarter of training:
+    /// (loss at the first evaluation at or after 3/4 of the steps − final loss) / that loss.
+    pub fn last_quarter_improvement(&self) -> f64 {
+        let last = self.last();
+        let quarter = self
+            .rows
+            .iter()
+            .find(|r| 4 * r.step >= 3 * last.step)
+            .expect("the last row qualifies");
+        (quarter.eval_loss - last.eval_loss) / quarter.eval_loss
+    }
+}
+
+/// The runs of `model` at `context`, one per seed, in seed order.
+pub fn runs<'a>(rows: &'a [SweepRow], model: &str, context: usize) -> Vec<Run<'a>> {
+    let mut seeds: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.model == model && r.context == context)
+        .map(|r| r.seed)
+        .collect();
+    seeds.sort_unstable();
+    seeds.dedup();
+    seeds
+        .into_iter()
+        .map(|seed| Run {
+            seed,
+            rows: rows
+                .iter()
+                .filter(|r| r.model == model && r.context == context && r.seed == seed)
+                .collect(),
+        })
+        .collect()
+}
+
+/// One model at one context against the baseline.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    pub model: String,
+    pub context: usize,
+    pub seeds: usize,
+    pub steps: usize,
+    /// Training device-hours (mean over seeds).
+    pub device_hours: f64,
+    pub tokens_per_s: f64,
+    pub final_ppl: Spread,
+    /// Speedup in device-hours over (model seed, baseline seed) pairs; a pair where the model never
+    /// reaches the baseline's final perplexity counts as 0. For the baseline itself, the pairs of
+    /// different seeds: how far apart two runs of one model land (1× when it has one seed).
+    pub speedup: Spread,
+    /// The same in training steps.
+    pub steps_ratio: Spread,
+    /// Baseline hours per step / model hours per step, over the pairs.
+    pub step_time_ratio: Spread,
+    /// Pairs where the model reaches the baseline's final perplexity, of all pairs.
+    pub reached: (usize, usize),
+    /// Largest last-quarter improvement of held-out loss over the seeds.
+    pub last_quarter: f64,
+}
+
+/// Summaries of every model at `context` against `baseline`, in `models` order (models without
+/// rows at that context are skipped).
+pub fn summarize(
+    rows: &[SweepRow],
+    models: &[String],
+    baseline: &str,
+    context: usize,
+) -> Vec<Summary> {
+    let base = runs(rows, baseline, context);
+    let by_hours = |r: &SweepRow| r.device_hours;
+    let by_step = |r: &SweepRow| r.step as f64;
+    models
+        .iter()
+        .filter_map(|m| {
+            let own = runs(rows, m, context);
+            if own.is_empty() || base.is_empty() {
+                return None;
+            }
+            // A baseline with one seed has no other seed to be compared with: 1× by definition.
+            let lone_baseline = m == baseline && own.len() == 1;
+            let (mut speedup, mut steps_ratio, mut step_time) = (vec![], vec![], vec![]);
+            let mut reached = 0;
+            for b in &base {
+                // The baseline against itself: only its other seeds (the noise floor).
+                for r in own.iter().filter(|r| m != baseline || r.seed != b.seed) {
+                    let s = speedup_to_baseline(&b.curve(by_hours), &r.curve(by_hours));
+                    reached += s.is_some() as usize;
+                    speedup.push(s.unwrap_or(0.0));
+                    let st = speedup_to_baseline(&b.curve(by_step), &r.curve(by_step));
+                    steps_ratio.push(st.unwrap_or(0.0));
+                    step_time.push(b.hours_per_step() / r.hours_per_step());
+                }
+            }
+            if lone_baseline {
+                (speedup, steps_ratio, step_time) = (vec![1.0], vec![1.0], vec![1.0]);
+                reached = 1;
+            }
+            let lasts: Vec<&SweepRow> = own.iter().map(|r| r.last()).collect();
+            let mean = |f: fn(&SweepRow) -> f64| {
+                Spread::of(&lasts.iter().map(|r| f(r)).collect::<Vec<_>>()).mean
+            };
+            Some(Summary {
+                model: m.clone(),
+                context,
+                seeds: own.len(),
+                steps: lasts[0].step,
+                device_hours: mean(|r| r.device_hours),
+                tokens_per_s: mean(|r| r.tokens_per_s),
+                final_ppl: Spread::of(&lasts.iter().map(|r| r.eval_ppl).collect::<Vec<_>>()),
+                speedup: Spread::of(&speedup),
+                steps_ratio: Spread::of(&steps_ratio),
+                step_time_ratio: Spread::of(&step_time),
+                reached: (reached, speedup.len()),
+                last_quarter: own
+                    .iter()
+                    .map(Run::last_quarter_improvement)
+                    .fold(f64::NEG_INFINITY, f64::max),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(model: &str, seed: u64, step: usize, hours: f64, ppl: f64) -> SweepRow {
+        SweepRow {
+            model: model.into(),
+            context: 512,
+            seed,
+            run: String::new(),
+            step,
+            tokens: 0,
+            device_hours: hours,
+            flops: 0.0,
+            train_loss: 0.0,
+            eval_loss: ppl.ln(),
+            eval_ppl: ppl,
+            tokens_per_s: 0.0,
+            lr: 0.0,
+        }
+    }
+
+    #[test]
+    fn speedup_range_is_over_seed_pairs_and_decomposes() {
+        // Baseline seeds end at 10 and 12 after 4 steps of 1 h; the model's step takes 0.5 h and
+        // its two seeds reach 10 at step 2 and 12 at step 2 (from 30 at step 1).
+        let mut rows = vec![];
+        for (seed, end) in [(0, 10.0), (1, 12.0)] {
+            rows.extend([1, 2, 3, 4].map(|s| {
+                row(
+                    "base",
+                    seed,
+                    s,
+                    s as f64,
+                    30.0 - (30.0 - end) * s as f64 / 4.0,
+                )
+            }));
+        }
+        for (seed, at2) in [(0, 10.0), (1, 11.0)] {
+            rows.extend([1, 2, 3, 4].map(|s| {
+                row(
+                    "m",
+                    seed,
+                    s,
+                    0.5 * s as f64,
+                    if s == 1 { 30.0 } else { at2 },
+                )
+            }));
+        }
+        let s = &summarize(&rows, &["base".into(), "m".into()], "base", 512)[1];
+        assert_eq!(
+            s.reached,
+            (3, 4),
+            "model seed 1 (11) never reaches baseline seed 0's 10"
+        );
+        // Pairs (b0, m0): target 10 reached at step 2 → 4 / 1 h = 4×; (b0, m1): never (0);
+        // (b1, m0): target 12 crossed at step 1 + 18/20 → 4 / 0.95 h; (b1, m1): 1 + 18/19.
+        assert_eq!(s.speedup.min, 0.0);
+        assert!((s.speedup.max - 4.0 / 0.95).abs() < 1e-9, "{:?}", s.speedup);
+        assert!((s.step_time_ratio.mean - 2.0).abs() < 1e-12);
+        assert_eq!(Verdict::above(&s.speedup, 1.0), Verdict::Inconclusive);
+        // The baseline against its other seeds (never a run against itself): the noise floor.
+        // (b0 → b1's 12: crossed at 3 + 3/5 h → 4 / 3.6); (b1 → b0's 10): never.
+        let base = &summarize(&rows, &["base".into()], "base", 512)[0];
+        assert_eq!(base.reached, (1, 2));
+        assert!(
+            (base.speedup.max - 4.0 / 3.6).abs() < 1e-9,
+            "{:?}",
+            base.speedup
+        );
+        assert_eq!(base.final_ppl.min, 10.0);
+    }
+
+    #[test]
+    fn verdicts_need_the_whole_range() {
+        let r = |min, max| Spread {
+            mean: 0.0,
+            min,
+            max,
+        };
+        assert_eq!(Verdict::above(&r(1.1, 3.0), 1.0), Verdict::Reproduced);
+        assert_eq!(Verdict::above(&r(0.0, 0.9), 1.0), Verdict::Refuted);
+        assert_eq!(Verdict::above(&r(0.8, 1.2), 1.0), Verdict::Inconclusive);
+    }
+
+    #[test]
+    fn last_quarter_improvement_is_relative_to_the_three_quarter_loss() {
+        let rows: Vec<SweepRow> = (1..=8)
+            .map(|s| row("m", 0, s * 10, 0.0, (10.0 - s as f64 * 0.5).exp()))
+            .collect();
+        let run = &runs(&rows, "m", 512)[0];
+        // Step 60 of 80 is the first at 3/4: loss 7.0, final 6.0.
+        assert!((run.last_quarter_improvement() - 1.0 / 7.0).abs() < 1e-12);
+    }
+}
