@@ -32,6 +32,10 @@ score metric *args:
 convert-gqa *args:
     cargo run --profile {{cargo_profile}} --quiet -p experiments --bin convert_gqa -- {{args}}
 
+# Write results/claims.md: the FLASH paper's claims with the numbers and verdicts computed from the committed results
+claims:
+    cargo run --profile {{cargo_profile}} --quiet -p experiments --bin claims
+
 # Re-render an experiment's charts and tables from its existing CSVs
 report id *args:
     just repro {{id}} --report {{args}}

@@ -2,6 +2,7 @@
 //! `--config FILE` to replace it, `--set key=value` to override fields), output directories and
 //! provenance. Each binary is a thin `main` over one module here.
 
+pub mod claims;
 pub mod gqa_decode;
 pub mod gqa_pipeline;
 pub mod latency;

@@ -11,13 +11,13 @@ use data::registry::{self, Split};
 use data::source::{SourceOptions, split_files};
 use data::tokenize::{self, TokenizerSpec};
 use model::{Architecture, Direction, ModelConfig};
-use report::{LineChart, Scale, Series};
+use report::quality::{QualityChart, SeedCurve, SeedPoint};
 use serde::{Deserialize, Serialize};
 use training::lm_task::{CausalLmTask, LmData, MaskedLmTask};
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
 use training::trainer::{MetricsRow, RunOptions, TrainConfig, stop_on_ctrl_c, train};
-use training::write_atomic;
+use training::{write_atomic, write_json};
 
 use crate::Cli;
 use crate::run_store;
@@ -100,9 +100,10 @@ pub struct LmSweepConfig {
     pub clip_norm: f32,
     /// Evaluate every this many steps.
     pub eval_every: usize,
-    /// Held-out windows (of `context + 1` tokens, or `context` for the masked objective) from the
-    /// validation split.
-    pub eval_windows: usize,
+    /// Held-out tokens per evaluation, the same at every context: `eval_tokens / context` windows
+    /// (at least one) of `context + 1` tokens (`context` for the masked objective) from the
+    /// validation split, the same windows at every evaluation.
+    pub eval_tokens: usize,
     /// Checkpoint every this many steps (0 = at the end and on Ctrl-C).
     pub checkpoint_every: usize,
 }
@@ -211,6 +212,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             for &seed in &m.seeds {
                 let (batch, device_batch) =
                     split_batch(config.tokens_per_batch, context, devices.len())?;
+                let eval_windows = (config.eval_tokens / context).max(1);
                 let tok = tok.clone();
                 let base = ModelConfig::preset(&config.preset, m.arch, context)
                     .map_err(|e| anyhow!(e))?
@@ -242,7 +244,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                 let mut identity = serde_json::json!({
                     "objective": config.objective, "dataset": spec.name, "data_dir": config.data_dir,
                     "tokenizer": tok_description, "model": model_config, "context": context,
-                    "batch": batch, "train": train_json, "eval_windows": config.eval_windows,
+                    "batch": batch, "train": train_json, "eval_windows": eval_windows,
                 });
                 // Named only when more than one: a run resumes only on the device count it
                 // started with (its device-hours count them).
@@ -276,7 +278,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                             eval_files: eval_files.clone(),
                             tok,
                         };
-                        let windows = config.eval_windows;
+                        let windows = eval_windows;
                         let outcome = match config.objective {
                             Objective::Causal => {
                                 let mut task =
@@ -289,6 +291,8 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                                 train(&train_config, model, &mut task, &devices, &run_dir, &opts)?
                             }
                         };
+                        // The run's provenance (commit, device, date, command) beside its rows.
+                        write_json(&run_dir.join("env.json"), &provenance)?;
                         if outcome.interrupted || stop.load(Ordering::SeqCst) {
                             write_rows(&cli.out, &rows)?;
                             bail!(
@@ -299,20 +303,12 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                         outcome.rows
                     }
                 };
-                rows.extend(metrics.into_iter().map(|r| SweepRow {
+                rows.extend(metrics.into_iter().map(|metrics| SweepRow {
                     model: m.name.clone(),
                     context,
                     seed,
                     run: run_name.clone(),
-                    step: r.step,
-                    tokens: r.tokens,
-                    device_hours: r.device_hours,
-                    flops: r.flops,
-                    train_loss: r.train_loss,
-                    eval_loss: r.eval_loss,
-                    eval_ppl: r.eval_ppl,
-                    tokens_per_s: r.tokens_per_s,
-                    lr: r.lr,
+                    metrics,
                 }));
                 write_rows(&cli.out, &rows)?;
             }
@@ -361,6 +357,12 @@ fn sweep_models(config: &LmSweepConfig) -> Result<Vec<SweepModel<'_>>> {
         });
     }
     for (i, m) in models.iter().enumerate() {
+        if m.name.is_empty() || m.name.contains([',', '"', '\n', '/']) {
+            bail!(
+                "model name `{}` must be non-empty without commas, quotes, slashes or newlines (it is a CSV field)",
+                m.name
+            );
+        }
         if models[..i].iter().any(|o| o.name == m.name) {
             bail!("model name `{}` appears twice in the sweep", m.name);
         }
@@ -392,10 +394,7 @@ fn finished_metrics(run_dir: &Path, steps: usize) -> Result<Option<Vec<MetricsRo
         .deserialize()
         .collect::<Result<_, _>>()
         .with_context(|| format!("malformed {}; delete it to retrain the run", path.display()))?;
-    Ok(rows
-        .last()
-        .is_some_and(|r| r.step == steps && !run_dir.join("checkpoint.tmp").exists())
-        .then_some(rows))
+    Ok(rows.last().is_some_and(|r| r.step == steps).then_some(rows))
 }
 
 /// The step's batch in sequences, max(1, tokens_per_batch / context), and each device's share of it:
@@ -411,11 +410,13 @@ fn split_batch(tokens_per_batch: usize, context: usize, devices: usize) -> Resul
 }
 
 fn write_rows(out: &Path, rows: &[SweepRow]) -> Result<()> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut text = SweepRow::header();
+    text.push('\n');
     for r in rows {
-        w.serialize(r)?;
+        text.push_str(&r.csv_fields());
+        text.push('\n');
     }
-    write_atomic(&out.join("metrics.csv"), &w.into_inner()?)
+    write_atomic(&out.join("metrics.csv"), text.as_bytes())
 }
 
 /// Reads a sweep's `metrics.csv`.
@@ -468,9 +469,34 @@ pub fn speedup_verdict(s: &Summary, config: &LmSweepConfig) -> Option<Verdict> {
         .then(|| Verdict::above(&s.speedup, 1.0))
 }
 
-/// Charts (perplexity vs device-hours, one per context) and `table.md` (the paper's `table`: final
-/// perplexity over seeds and the speedup to the baseline's final perplexity over seed pairs, with
-/// its decomposition and verdict) from `metrics.csv`.
+/// `model`'s curve at `context` over its seeds, evaluation by evaluation (the seeds evaluate at the
+/// same steps; a seed with fewer evaluations limits the curve).
+fn seed_curve(rows: &[SweepRow], model: &str, context: usize) -> Option<SeedCurve> {
+    let runs = crate::verdict::runs(rows, model, context);
+    let evals = runs.iter().map(|r| r.rows.len()).min()?;
+    let points = (0..evals)
+        .map(|i| {
+            let at: Vec<&SweepRow> = runs.iter().map(|r| r.rows[i]).collect();
+            let ppl: Vec<f64> = at.iter().map(|r| r.metrics.eval_ppl).collect();
+            let spread = crate::verdict::Spread::of(&ppl);
+            SeedPoint {
+                hours: at.iter().map(|r| r.metrics.device_hours).sum::<f64>() / at.len() as f64,
+                step: at[0].metrics.step as f64,
+                mean: spread.mean,
+                min: spread.min,
+                max: spread.max,
+            }
+        })
+        .collect();
+    Some(SeedCurve {
+        model: model.to_string(),
+        points,
+    })
+}
+
+/// Charts `ppl_<context>` (perplexity vs device-hours and vs steps: the seed mean and range) and
+/// `table.md` (the paper's `table`: final perplexity over seeds and the speedup to the baseline's
+/// final perplexity over seed pairs, with its decomposition and verdict) from `metrics.csv`.
 pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result<()> {
     let rows = read_rows(out)?;
     let config = match config {
@@ -521,30 +547,26 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
     let mut contexts: Vec<usize> = rows.iter().map(|r| r.context).collect();
     contexts.sort_unstable();
     contexts.dedup();
+    let objective = match config.objective {
+        Objective::Causal => "Causal LM",
+        Objective::Masked => "Masked LM",
+    };
     for &c in &contexts {
-        let series: Vec<Series> = model_order(&rows)
+        let curves: Vec<SeedCurve> = model_order(&rows)
             .iter()
-            .filter_map(|m| {
-                let runs = crate::verdict::runs(&rows, m, c);
-                let first = runs.first()?;
-                Some(Series {
-                    name: m.clone(),
-                    points: first
-                        .rows
-                        .iter()
-                        .map(|r| (r.device_hours, r.eval_ppl))
-                        .collect(),
-                })
-            })
+            .filter_map(|m| seed_curve(&rows, m, c))
             .collect();
-        LineChart {
-            title: format!("Held-out perplexity vs training cost, context {c}"),
-            x_label: "device-hours (training only)".into(),
-            y_label: "perplexity".into(),
-            x_scale: Scale::Log2,
-            y_scale: Scale::Log2,
+        let Some(base) = all.iter().find(|s| &s.model == baseline && s.context == c) else {
+            continue;
+        };
+        QualityChart {
+            title: format!(
+                "{objective} on {}, context {c}: held-out perplexity vs training cost",
+                config.dataset
+            ),
+            baseline: (baseline.clone(), base.final_ppl.mean),
         }
-        .save(&out.join(format!("ppl_vs_hours_{c}")), &series)?;
+        .save(&out.join(format!("ppl_{c}")), &curves)?;
     }
     write_atomic(&out.join("table.md"), md.as_bytes())
 }

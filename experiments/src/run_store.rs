@@ -5,7 +5,8 @@
 //! most of theirs) reuses it instead of training it again, and an interrupted run resumes there.
 //!
 //! Each run directory holds `run_config.json` (the identity, also checked against the hash: a
-//! collision or a hand-edited directory is refused), the trainer's `metrics.csv` and, while it
+//! collision or a hand-edited directory is refused), the trainer's `metrics.csv`, `env.json` (the
+//! provenance of the session that last trained it: commit, device, date, command) and, while it
 //! trains, `checkpoint/` (not committed).
 
 use std::path::{Path, PathBuf};

@@ -6,11 +6,13 @@
 use std::fmt;
 
 use report::speedup_to_baseline;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+use training::trainer::{METRICS_HEADER, MetricsRow};
 
-/// One evaluation of one run: a row of a sweep's `metrics.csv` (the run's identity, then the
-/// trainer's row).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One evaluation of one run: a row of a sweep's `metrics.csv`, the run's identity followed by the
+/// trainer's row (one row type: the trainer's [`MetricsRow`], written by
+/// [`MetricsRow::csv_fields`] in both files).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct SweepRow {
     /// Model name (architecture or variant).
     pub model: String,
@@ -18,15 +20,27 @@ pub struct SweepRow {
     pub seed: u64,
     /// The run's directory in the run store (relative to the store).
     pub run: String,
-    pub step: usize,
-    pub tokens: u64,
-    pub device_hours: f64,
-    pub flops: f64,
-    pub train_loss: f64,
-    pub eval_loss: f64,
-    pub eval_ppl: f64,
-    pub tokens_per_s: f64,
-    pub lr: f64,
+    #[serde(flatten)]
+    pub metrics: MetricsRow,
+}
+
+impl SweepRow {
+    /// The header of a sweep's `metrics.csv`.
+    pub fn header() -> String {
+        format!("model,context,seed,run,{METRICS_HEADER}")
+    }
+    /// The row as CSV (names never hold commas or quotes: architecture names, variant names
+    /// checked when the sweep starts, and store directory names).
+    pub fn csv_fields(&self) -> String {
+        format!(
+            "{},{},{},{},{}",
+            self.model,
+            self.context,
+            self.seed,
+            self.run,
+            self.metrics.csv_fields()
+        )
+    }
 }
 
 /// Where a claim's number must lie.
@@ -104,7 +118,10 @@ pub struct Run<'a> {
 
 impl Run<'_> {
     fn curve(&self, x: fn(&SweepRow) -> f64) -> Vec<(f64, f64)> {
-        self.rows.iter().map(|r| (x(r), r.eval_ppl)).collect()
+        self.rows
+            .iter()
+            .map(|r| (x(r), r.metrics.eval_ppl))
+            .collect()
     }
     fn last(&self) -> &SweepRow {
         self.rows.last().expect("a run has rows")
@@ -112,7 +129,7 @@ impl Run<'_> {
     /// Training device-hours per step.
     fn hours_per_step(&self) -> f64 {
         let last = self.last();
-        last.device_hours / last.step.max(1) as f64
+        last.metrics.device_hours / last.metrics.step.max(1) as f64
     }
     /// Relative improvement of held-out loss over the last quarter of training:
     /// (loss at the first evaluation at or after 3/4 of the steps − final loss) / that loss.
@@ -121,9 +138,9 @@ impl Run<'_> {
         let quarter = self
             .rows
             .iter()
-            .find(|r| 4 * r.step >= 3 * last.step)
+            .find(|r| 4 * r.metrics.step >= 3 * last.metrics.step)
             .expect("the last row qualifies");
-        (quarter.eval_loss - last.eval_loss) / quarter.eval_loss
+        (quarter.metrics.eval_loss - last.metrics.eval_loss) / quarter.metrics.eval_loss
     }
 }
 
@@ -182,8 +199,8 @@ pub fn summarize(
     context: usize,
 ) -> Vec<Summary> {
     let base = runs(rows, baseline, context);
-    let by_hours = |r: &SweepRow| r.device_hours;
-    let by_step = |r: &SweepRow| r.step as f64;
+    let by_hours = |r: &SweepRow| r.metrics.device_hours;
+    let by_step = |r: &SweepRow| r.metrics.step as f64;
     models
         .iter()
         .filter_map(|m| {
@@ -218,10 +235,12 @@ pub fn summarize(
                 model: m.clone(),
                 context,
                 seeds: own.len(),
-                steps: lasts[0].step,
-                device_hours: mean(|r| r.device_hours),
-                tokens_per_s: mean(|r| r.tokens_per_s),
-                final_ppl: Spread::of(&lasts.iter().map(|r| r.eval_ppl).collect::<Vec<_>>()),
+                steps: lasts[0].metrics.step,
+                device_hours: mean(|r| r.metrics.device_hours),
+                tokens_per_s: mean(|r| r.metrics.tokens_per_s),
+                final_ppl: Spread::of(
+                    &lasts.iter().map(|r| r.metrics.eval_ppl).collect::<Vec<_>>(),
+                ),
                 speedup: Spread::of(&speedup),
                 steps_ratio: Spread::of(&steps_ratio),
                 step_time_ratio: Spread::of(&step_time),
@@ -245,15 +264,17 @@ mod tests {
             context: 512,
             seed,
             run: String::new(),
-            step,
-            tokens: 0,
-            device_hours: hours,
-            flops: 0.0,
-            train_loss: 0.0,
-            eval_loss: ppl.ln(),
-            eval_ppl: ppl,
-            tokens_per_s: 0.0,
-            lr: 0.0,
+            metrics: MetricsRow {
+                step,
+                tokens: 0,
+                device_hours: hours,
+                flops: 0.0,
+                train_loss: 0.0,
+                eval_loss: ppl.ln(),
+                eval_ppl: ppl,
+                tokens_per_s: 0.0,
+                lr: 0.0,
+            },
         }
     }
 
@@ -306,6 +327,20 @@ mod tests {
             base.speedup
         );
         assert_eq!(base.final_ppl.min, 10.0);
+    }
+
+    #[test]
+    fn a_row_reads_back_from_its_csv_exactly() {
+        let mut r = row("flash", 3, 40, 1.0 / 3.0, 123.456_789_012_345);
+        r.run = "flash-512-00ab".into();
+        r.metrics.lr = 0.01;
+        r.metrics.flops = 0.0;
+        let text = format!("{}\n{}\n", SweepRow::header(), r.csv_fields());
+        let back: Vec<SweepRow> = csv::Reader::from_reader(text.as_bytes())
+            .deserialize()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(back, vec![r]);
     }
 
     #[test]

@@ -91,8 +91,8 @@ fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
     assert_eq!(csv.lines().count(), 1 + 6 * 2 * 2, "{csv}");
     for file in [
         "table.md",
-        "ppl_vs_hours_16.png",
-        "ppl_vs_hours_32.svg",
+        "ppl_16.png",
+        "ppl_32.svg",
         "config.json",
         "env.json",
         "data.json",
@@ -214,12 +214,7 @@ fn fig5_and_table3_smoke_write_every_file() {
         lm_sweep::run(cli(id, &out, &["--set", data_dir.as_str()]), &|_| config).unwrap();
         let csv = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
         assert_eq!(csv.lines().count(), 1 + models * 2 * 2, "{id}: {csv}");
-        for file in [
-            "table.md",
-            "ppl_vs_hours_16.png",
-            "ppl_vs_hours_32.svg",
-            "config.json",
-        ] {
+        for file in ["table.md", "ppl_16.png", "ppl_32.svg", "config.json"] {
             assert!(out.join(file).is_file(), "{id}: {file} missing");
         }
         let table = std::fs::read_to_string(out.join("table.md")).unwrap();

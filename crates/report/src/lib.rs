@@ -5,6 +5,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use plotters::prelude::*;
 
+pub mod quality;
+
 /// DejaVu Sans, bundled so charts render the same on a machine without fonts (licence beside it).
 const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
 

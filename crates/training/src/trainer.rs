@@ -77,8 +77,29 @@ pub struct MetricsRow {
     pub lr: f64,
 }
 
+/// The columns of [`MetricsRow`], in order.
 pub const METRICS_HEADER: &str =
     "step,tokens,device_hours,flops,train_loss,eval_loss,eval_ppl,tokens_per_s,lr";
+
+impl MetricsRow {
+    /// The row's fields as CSV, in [`METRICS_HEADER`]'s order, at full precision (Rust prints the
+    /// shortest decimal that reads back to the same f64). Every `metrics.csv` of the workspace
+    /// (a run's, a sweep's after its identity columns) is written through this.
+    pub fn csv_fields(&self) -> String {
+        format!(
+            "{},{},{},{},{},{},{},{},{}",
+            self.step,
+            self.tokens,
+            self.device_hours,
+            self.flops,
+            self.train_loss,
+            self.eval_loss,
+            self.eval_ppl,
+            self.tokens_per_s,
+            self.lr
+        )
+    }
+}
 
 /// Where a run is; saved as `checkpoint/state.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -176,19 +197,8 @@ fn write_metrics(out: &Path, rows: &[MetricsRow]) -> Result<()> {
     let mut csv = String::from(METRICS_HEADER);
     csv.push('\n');
     for r in rows {
-        csv.push_str(&format!(
-            // Full precision: Rust prints the shortest decimal that reads back to the same f64.
-            "{},{},{},{},{},{},{},{},{}\n",
-            r.step,
-            r.tokens,
-            r.device_hours,
-            r.flops,
-            r.train_loss,
-            r.eval_loss,
-            r.eval_ppl,
-            r.tokens_per_s,
-            r.lr
-        ));
+        csv.push_str(&r.csv_fields());
+        csv.push('\n');
     }
     write_atomic(&out.join("metrics.csv"), csv.as_bytes())
 }

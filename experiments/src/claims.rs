@@ -1,0 +1,246 @@
+//! `results/claims.md`: one row per claim of the FLASH paper that has an experiment here, with the
+//! numbers and a verdict computed from the committed CSVs (`just claims`). A claim whose results
+//! are missing or in an older format gets no verdict, and the row says why.
+//!
+//! - **F1** latency: FLASH's training step grows less from the shortest to the longest context than
+//!   Transformer++'s (same tokens per step), `table11`: the ratio of the two growths over the
+//!   fastest and slowest timed steps.
+//! - **F2** FLASH-Quad reaches Transformer++'s final perplexity at lower cost (speedup > 1), masked
+//!   (`fig5`) and causal (`fig6`), per context.
+//! - **F3** Performer is the slowest model in causal training (`fig6`, training tokens/s): the ratio
+//!   of the next-slowest model's tokens/s to Performer's.
+//! - **F4** FLASH reaches Transformer++'s final perplexity at lower cost, masked and causal, per
+//!   context.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::latency::LatencyRow;
+use crate::lm_sweep::{read_rows, saved_config, summaries};
+use crate::verdict::{Spread, Verdict};
+
+/// One row of `claims.md`.
+struct Claim {
+    id: &'static str,
+    claim: String,
+    source: String,
+    ours: String,
+    paper: &'static str,
+    verdict: Option<Verdict>,
+}
+
+/// F1 from `table11`'s `latency.csv`.
+fn latency_claim(results: &Path) -> Result<Claim> {
+    let path = results.join("table11/latency.csv");
+    let rows: Vec<LatencyRow> = csv::Reader::from_path(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("malformed {}", path.display()))?;
+    let of = |m: &str| -> Vec<&LatencyRow> { rows.iter().filter(|r| r.model == m).collect() };
+    // (growth range over the timed steps, shortest and longest context) of a model.
+    let growth = |m: &str| -> Option<(Spread, usize, usize)> {
+        let rs = of(m);
+        let short = rs.iter().min_by_key(|r| r.context)?;
+        let long = rs.iter().max_by_key(|r| r.context)?;
+        let g = [
+            long.min_s_per_step / short.max_s_per_step,
+            long.median_s_per_step / short.median_s_per_step,
+            long.max_s_per_step / short.min_s_per_step,
+        ];
+        Some((
+            Spread {
+                mean: g[1],
+                min: g[0],
+                max: g[2],
+            },
+            short.context,
+            long.context,
+        ))
+    };
+    let (Some((flash, c0, c1)), Some((tfm, ..))) =
+        (growth("flash"), growth("transformer_plusplus"))
+    else {
+        anyhow::bail!("{} lacks flash or transformer_plusplus", path.display());
+    };
+    let ratio = Spread {
+        mean: tfm.mean / flash.mean,
+        min: tfm.min / flash.max,
+        max: tfm.max / flash.min,
+    };
+    Ok(Claim {
+        id: "F1",
+        claim: format!(
+            "FLASH's training step is flat in context, Transformer++'s grows (step time at {c1} / at {c0} tokens, same tokens per step)"
+        ),
+        source: "[table11](table11/latency.csv)".into(),
+        ours: format!(
+            "FLASH {}×, Transformer++ {}×: growth ratio {}×",
+            flash.show(2),
+            tfm.show(2),
+            ratio.show(2)
+        ),
+        paper: "FLASH flat, Transformer++ quadratic in the attention part (Table 11, V100/TPU)",
+        verdict: Some(Verdict::above(&ratio, 1.0)),
+    })
+}
+
+/// The verdict rows of one sweep (`fig5` or `fig6`) for `model` against its baseline, per context;
+/// or one row saying why there is none.
+fn speedup_claims(
+    results: &Path,
+    id: &'static str,
+    claim_id: &'static str,
+    model: &str,
+    paper: &'static str,
+) -> Vec<Claim> {
+    let dir = results.join(id);
+    let name = model_name(model);
+    let objective = if id == "fig5" { "masked" } else { "causal" };
+    let claim = |c: Option<usize>| {
+        format!(
+            "{name} reaches Transformer++'s final perplexity sooner in device-hours ({objective} LM{})",
+            c.map(|c| format!(", context {c}")).unwrap_or_default()
+        )
+    };
+    let source = format!("[{id}]({id}/table.md)");
+    let loaded = read_rows(&dir).and_then(|rows| Ok((rows, saved_config(&dir)?)));
+    let (rows, config) = match loaded {
+        Ok(x) => x,
+        Err(e) => {
+            return vec![Claim {
+                id: claim_id,
+                claim: claim(None),
+                source,
+                ours: format!("no result in the current format ({e:#}); re-run `just repro {id}`"),
+                paper,
+                verdict: None,
+            }];
+        }
+    };
+    summaries(&rows, &config)
+        .into_iter()
+        .filter(|s| s.model == model)
+        .map(|s| Claim {
+            id: claim_id,
+            claim: claim(Some(s.context)),
+            source: source.clone(),
+            ours: format!(
+                "{}× over {} seed pairs ({} reach it) = {}× in steps × {}× step time; final ppl {}",
+                s.speedup.show(2),
+                s.reached.1,
+                s.reached.0,
+                s.steps_ratio.show(2),
+                s.step_time_ratio.show(2),
+                s.final_ppl.show(1),
+            ),
+            paper,
+            verdict: Some(Verdict::above(&s.speedup, 1.0)),
+        })
+        .collect()
+}
+
+/// F3 from `fig6`: Performer's training tokens/s against the slowest other model, per context.
+fn performer_claims(results: &Path) -> Vec<Claim> {
+    let dir = results.join("fig6");
+    let paper = "Performer the slowest in causal training (Table 11, prefix sums)";
+    let rows = match read_rows(&dir) {
+        Ok(rows) => rows,
+        Err(e) => {
+            return vec![Claim {
+                id: "F3",
+                claim: "Performer is the slowest model in causal training".into(),
+                source: "[fig6](fig6/table.md)".into(),
+                ours: format!("no result in the current format ({e:#}); re-run `just repro fig6`"),
+                paper,
+                verdict: None,
+            }];
+        }
+    };
+    let mut contexts: Vec<usize> = rows.iter().map(|r| r.context).collect();
+    contexts.sort_unstable();
+    contexts.dedup();
+    contexts
+        .into_iter()
+        .filter_map(|c| {
+            // Tokens/s of each run's last row: the run's average.
+            let speed = |pick: &dyn Fn(&str) -> bool| -> Vec<f64> {
+                let mut runs: Vec<(&str, u64, f64)> = rows
+                    .iter()
+                    .filter(|r| r.context == c && pick(&r.model))
+                    .map(|r| (r.model.as_str(), r.seed, r.metrics.tokens_per_s))
+                    .collect();
+                runs.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+                runs.into_iter().map(|r| r.2).collect()
+            };
+            let performer = speed(&|m| m == "performer");
+            let others = speed(&|m| m != "performer");
+            if performer.is_empty() || others.is_empty() {
+                return None;
+            }
+            let p = Spread::of(&performer);
+            let slowest_other = others.iter().copied().fold(f64::INFINITY, f64::min);
+            let ratio = Spread {
+                mean: slowest_other / p.mean,
+                min: slowest_other / p.max,
+                max: slowest_other / p.min,
+            };
+            Some(Claim {
+                id: "F3",
+                claim: format!("Performer is the slowest model in causal training, context {c}"),
+                source: "[fig6](fig6/metrics.csv)".into(),
+                ours: format!(
+                    "slowest other run / Performer, in training tokens/s: {}×",
+                    ratio.show(2)
+                ),
+                paper,
+                verdict: Some(Verdict::above(&ratio, 1.0)),
+            })
+        })
+        .collect()
+}
+
+fn model_name(model: &str) -> &str {
+    report::quality::display_name(model)
+}
+
+/// Writes `<results>/claims.md` from the committed results under `results`.
+pub fn write(results: &Path) -> Result<()> {
+    let mut claims = Vec::new();
+    match latency_claim(results) {
+        Ok(c) => claims.push(c),
+        Err(e) => claims.push(Claim {
+            id: "F1",
+            claim: "FLASH's training step is flat in context, Transformer++'s grows".into(),
+            source: "[table11](table11/latency.csv)".into(),
+            ours: format!("no result ({e:#}); run `just repro table11`"),
+            paper: "FLASH flat, Transformer++ quadratic",
+            verdict: None,
+        }),
+    }
+    let f2 = "FLASH-Quad 1.1–2.5× (C4 MLM), 1.2–2.5× (Wiki-40B LM) less training cost";
+    let f4 = "FLASH 1.0–4.8× (C4 MLM), 1.2–4.9× (Wiki-40B LM) less training cost";
+    claims.extend(speedup_claims(results, "fig5", "F2", "flash_quad", f2));
+    claims.extend(speedup_claims(results, "fig6", "F2", "flash_quad", f2));
+    claims.extend(performer_claims(results));
+    claims.extend(speedup_claims(results, "fig5", "F4", "flash", f4));
+    claims.extend(speedup_claims(results, "fig6", "F4", "flash", f4));
+    let mut md = String::from(
+        "# The FLASH paper's claims, decided by the committed results\n\n\
+         Generated by `just claims` from the CSVs under `results/` (never by hand). A verdict is *reproduced* when the\n\
+         whole range of our number (over seeds and seed pairs, or over the timed steps) lies on the paper's side of 1,\n\
+         *refuted* when it lies on the other side, *inconclusive* otherwise; *no verdict* when the result is missing.\n\n\
+         | id | claim | ours | paper | verdict | source |\n|---|---|---|---|---|---|\n",
+    );
+    for c in &claims {
+        let verdict = c
+            .verdict
+            .map_or_else(|| "no verdict".into(), |v| format!("**{v}**"));
+        md += &format!(
+            "| {} | {} | {} | {} | {verdict} | {} |\n",
+            c.id, c.claim, c.ours, c.paper, c.source
+        );
+    }
+    training::write_atomic(&results.join("claims.md"), md.as_bytes())
+}
