@@ -16,13 +16,13 @@ use serde::{Deserialize, Serialize};
 use training::lm_task::{CausalLmTask, LmData, MaskedLmTask};
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
-use training::trainer::{MetricsRow, RunOptions, TrainConfig, stop_on_ctrl_c, train};
+use training::trainer::{MetricsRow, RunOptions, Stepper, TrainConfig, stop_on_ctrl_c, train};
 use training::{write_atomic, write_json};
 
 use crate::Cli;
 use crate::run_store;
 pub use crate::verdict::SweepRow;
-use crate::verdict::{Summary, Verdict, summarize};
+use crate::verdict::{StepCost, StepTime, Summary, Verdict, summarize};
 
 /// The training objective of a sweep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +106,20 @@ pub struct LmSweepConfig {
     pub eval_tokens: usize,
     /// Checkpoint every this many steps (0 = at the end and on Ctrl-C).
     pub checkpoint_every: usize,
+    /// Step-time calibration, after the runs: rounds in which every model takes one training step
+    /// of its runs' kind (same model, batch, optimizer, objective), in turn, per context, after
+    /// one untimed round; the speedups' step-time ratios come from these rounds
+    /// (`step_times.csv`), since runs trained in different sessions were timed on a machine of a
+    /// different speed. 0: no calibration (the ratios come from the runs' own device-hours).
+    /// Default 9 (not in the paper, which trains every model on its own TPU slice): single steps on
+    /// a shared 2-core machine jitter by ±20%, and the ratio's interquartile range narrows with
+    /// more rounds.
+    #[serde(default = "default_timing_rounds")]
+    pub timing_rounds: usize,
+}
+
+fn default_timing_rounds() -> usize {
+    9
 }
 
 /// A named architecture variant: `set` overrides fields of the preset's [`ModelConfig`] (any of its
@@ -214,28 +228,8 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                     split_batch(config.tokens_per_batch, context, devices.len())?;
                 let eval_windows = (config.eval_tokens / context).max(1);
                 let tok = tok.clone();
-                let base = ModelConfig::preset(&config.preset, m.arch, context)
-                    .map_err(|e| anyhow!(e))?
-                    .with_vocab_size(tok.vocab_size());
-                let mut model_config = apply_set(base, &config.set, "the sweep's `set`")?;
-                if let Some(v) = m.variant {
-                    model_config =
-                        apply_set(model_config, &v.set, &format!("variant `{}`", v.name))?;
-                }
-                let train_config = TrainConfig {
-                    steps: config.steps,
-                    optimizer: config.optimizer,
-                    schedule: Schedule {
-                        peak_lr: config.peak_lr,
-                        warmup_steps: config.warmup_steps,
-                        decay: config.decay,
-                    },
-                    grad_accum: config.grad_accum,
-                    clip_norm: (config.clip_norm > 0.0).then_some(config.clip_norm),
-                    eval_every: config.eval_every,
-                    checkpoint_every: config.checkpoint_every,
-                    seed,
-                };
+                let model_config = run_model_config(&config, m, context, tok.vocab_size())?;
+                let train_config = run_train_config(&config, seed);
                 // What the run's results depend on, and nothing else: its name in the store.
                 let mut train_json = serde_json::to_value(&train_config)?;
                 train_json
@@ -314,9 +308,193 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             }
         }
     }
+    let data = LmData {
+        spec,
+        train_files,
+        eval_files,
+        tok,
+    };
+    calibrate_step_times(&config, &models, &data, &devices, &cli.out)?;
     render(&cli.out, &table, Some(&config))?;
     eprintln!("wrote {} ({})", cli.out.display(), provenance.device);
     Ok(())
+}
+
+/// The model configuration of `m`'s runs at `context`: the preset, the sweep's `set`, then the
+/// variant's.
+fn run_model_config(
+    config: &LmSweepConfig,
+    m: &SweepModel,
+    context: usize,
+    vocab: usize,
+) -> Result<ModelConfig> {
+    let base = ModelConfig::preset(&config.preset, m.arch, context)
+        .map_err(|e| anyhow!(e))?
+        .with_vocab_size(vocab);
+    let mut model_config = apply_set(base, &config.set, "the sweep's `set`")?;
+    if let Some(v) = m.variant {
+        model_config = apply_set(model_config, &v.set, &format!("variant `{}`", v.name))?;
+    }
+    Ok(model_config)
+}
+
+/// How every run of the sweep trains, with `seed`.
+fn run_train_config(config: &LmSweepConfig, seed: u64) -> TrainConfig {
+    TrainConfig {
+        steps: config.steps,
+        optimizer: config.optimizer,
+        schedule: Schedule {
+            peak_lr: config.peak_lr,
+            warmup_steps: config.warmup_steps,
+            decay: config.decay,
+        },
+        grad_accum: config.grad_accum,
+        clip_norm: (config.clip_norm > 0.0).then_some(config.clip_norm),
+        eval_every: config.eval_every,
+        checkpoint_every: config.checkpoint_every,
+        seed,
+    }
+}
+
+/// The step-time calibration (`timing_rounds`): per context, every model of the sweep built as
+/// its runs are (first seed), then one untimed round and `timing_rounds` timed rounds of one
+/// training step each, models in turn, so that the machine's drift falls on every model of a round
+/// alike. Written to `<out>/step_times.csv`; a file that already covers every model and context
+/// with these rounds is kept (delete it to re-time).
+fn calibrate_step_times(
+    config: &LmSweepConfig,
+    models: &[SweepModel],
+    data: &LmData,
+    devices: &[burn::tensor::Device],
+    out: &Path,
+) -> Result<()> {
+    let path = out.join(STEP_TIMES);
+    if config.timing_rounds == 0 {
+        let _ = std::fs::remove_file(&path);
+        return Ok(());
+    }
+    // What a step's cost depends on, per model and context.
+    let cell_hash = |m: &SweepModel, context: usize| -> Result<String> {
+        let (batch, device_batch) = split_batch(config.tokens_per_batch, context, devices.len())?;
+        let model = run_model_config(config, m, context, data.tok.vocab_size())?;
+        Ok(run_store::run_hash(&serde_json::json!({
+            "model": model, "objective": config.objective, "context": context, "batch": batch,
+            "device_batch": device_batch, "devices": devices.len(), "optimizer": config.optimizer,
+            "grad_accum": config.grad_accum, "clip_norm": config.clip_norm,
+        })))
+    };
+    let mut wanted = Vec::new();
+    for &c in &config.contexts {
+        for m in models {
+            wanted.push((m.name.clone(), c, cell_hash(m, c)?));
+        }
+    }
+    let covered = read_step_times(out)?.is_some_and(|times| {
+        wanted.iter().all(|(name, c, hash)| {
+            let own: Vec<&StepTime> = times
+                .iter()
+                .filter(|t| &t.model == name && t.context == *c)
+                .collect();
+            own.len() == config.timing_rounds && own.iter().all(|t| &t.config == hash)
+        })
+    });
+    if covered {
+        eprintln!("step times: keeping {}", path.display());
+        return Ok(());
+    }
+    let seed = config.seeds[0];
+    let mut times: Vec<StepTime> = Vec::new();
+    for &context in &config.contexts {
+        let (_, device_batch) = split_batch(config.tokens_per_batch, context, devices.len())?;
+        eprintln!(
+            "step times at {context}: {} models, {} timed rounds",
+            models.len(),
+            config.timing_rounds
+        );
+        let train_config = run_train_config(config, seed);
+        let mut cells = Vec::new();
+        for m in models {
+            let model_config = run_model_config(config, m, context, data.tok.vocab_size())?;
+            devices[0].seed(seed);
+            let model = model_config.init(config.objective.direction(), &devices[0]);
+            let data = data.clone();
+            let stepper = match config.objective {
+                Objective::Causal => TimedTask::Causal(Stepper::new(
+                    &train_config,
+                    model,
+                    CausalLmTask::new(data, device_batch, context, 1)?,
+                    devices,
+                )?),
+                Objective::Masked => TimedTask::Masked(Stepper::new(
+                    &train_config,
+                    model,
+                    MaskedLmTask::new(data, device_batch, context, 1, seed)?,
+                    devices,
+                )?),
+            };
+            cells.push((m.name.clone(), cell_hash(m, context)?, stepper));
+        }
+        for round in 0..=config.timing_rounds {
+            for (name, hash, cell) in &mut cells {
+                let seconds = cell.step()?;
+                if round > 0 {
+                    times.push(StepTime {
+                        model: name.clone(),
+                        context,
+                        round: round - 1,
+                        seconds,
+                        config: hash.clone(),
+                    });
+                }
+            }
+        }
+        for (name, ..) in &cells {
+            let secs = StepCost::Timed(&times).seconds(name, context);
+            eprintln!(
+                "  {name:<24} {:.3} s/step (median of {})",
+                crate::verdict::median_of(&secs),
+                secs.len()
+            );
+        }
+    }
+    crate::write_csv(&path, &times)
+}
+
+/// A stepper of either objective's task (the calibration steps the sweep's objective).
+enum TimedTask {
+    Causal(Stepper<model::LanguageModel, CausalLmTask>),
+    Masked(Stepper<model::LanguageModel, MaskedLmTask>),
+}
+
+impl TimedTask {
+    /// One training step; its seconds.
+    fn step(&mut self) -> Result<f64> {
+        Ok(match self {
+            TimedTask::Causal(s) => s.step()?.0,
+            TimedTask::Masked(s) => s.step()?.0,
+        })
+    }
+}
+
+/// The calibration's file in a sweep's output directory.
+const STEP_TIMES: &str = "step_times.csv";
+
+/// The sweep's step-time calibration, if it has one.
+pub fn read_step_times(out: &Path) -> Result<Option<Vec<StepTime>>> {
+    let path = out.join(STEP_TIMES);
+    let Ok(file) = std::fs::File::open(&path) else {
+        return Ok(None);
+    };
+    let rows = csv::Reader::from_reader(file)
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .with_context(|| {
+            format!(
+                "malformed {}; delete it and run the sweep again to re-time",
+                path.display()
+            )
+        })?;
+    Ok(Some(rows))
 }
 
 /// One model of a sweep: its name, architecture, variant (if any) and seeds.
@@ -448,15 +626,14 @@ fn model_order(rows: &[SweepRow]) -> Vec<String> {
     models
 }
 
-/// The summaries of every model at every context of `rows`, against `config.baseline`.
-pub fn summaries(rows: &[SweepRow], config: &LmSweepConfig) -> Vec<Summary> {
-    let mut contexts: Vec<usize> = rows.iter().map(|r| r.context).collect();
-    contexts.sort_unstable();
-    contexts.dedup();
+/// The summaries of every model at every context of `rows`, against `config.baseline`, with the
+/// step-time ratios from `cost`.
+pub fn summaries(rows: &[SweepRow], config: &LmSweepConfig, cost: StepCost) -> Vec<Summary> {
+    let contexts: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.context).collect();
     let models = model_order(rows);
     contexts
         .into_iter()
-        .flat_map(|c| summarize(rows, &models, &config.baseline, c))
+        .flat_map(|c| summarize(rows, &models, &config.baseline, c, cost))
         .collect()
 }
 
@@ -471,7 +648,12 @@ pub fn speedup_verdict(s: &Summary, config: &LmSweepConfig) -> Option<Verdict> {
 
 /// `model`'s curve at `context` over its seeds, evaluation by evaluation (the seeds evaluate at the
 /// same steps; a seed with fewer evaluations limits the curve).
-fn seed_curve(rows: &[SweepRow], model: &str, context: usize) -> Option<SeedCurve> {
+fn seed_curve(
+    rows: &[SweepRow],
+    model: &str,
+    context: usize,
+    timed_seconds: Option<f64>,
+) -> Option<SeedCurve> {
     let runs = crate::verdict::runs(rows, model, context);
     let evals = runs.iter().map(|r| r.rows.len()).min()?;
     let points = (0..evals)
@@ -480,7 +662,12 @@ fn seed_curve(rows: &[SweepRow], model: &str, context: usize) -> Option<SeedCurv
             let ppl: Vec<f64> = at.iter().map(|r| r.metrics.eval_ppl).collect();
             let spread = crate::verdict::Spread::of(&ppl);
             SeedPoint {
-                hours: at.iter().map(|r| r.metrics.device_hours).sum::<f64>() / at.len() as f64,
+                hours: match timed_seconds {
+                    Some(t) => at[0].metrics.step as f64 * t / 3600.0,
+                    None => {
+                        at.iter().map(|r| r.metrics.device_hours).sum::<f64>() / at.len() as f64
+                    }
+                },
                 step: at[0].metrics.step as f64,
                 mean: spread.mean,
                 min: spread.min,
@@ -504,38 +691,66 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
         None => saved_config(out)?,
     };
     let baseline = &config.baseline;
+    let step_times = read_step_times(out)?;
+    let cost = match &step_times {
+        Some(times) => StepCost::Timed(times),
+        None => StepCost::RunHours,
+    };
+    let step_time_source = match cost {
+        StepCost::Timed(_) => format!(
+            "The step-time ratio is {baseline}'s seconds per training step / the model's, the median and interquartile range\n\
+             over the rounds of the step-time calibration (`step_times.csv`: every model's step timed in turn, in one\n\
+             session, after the runs; s/step is the model's median), so the speedup is the steps ratio × that ratio (mean ×\n\
+             median, min × lower quartile, max × upper quartile), and the charts' device-hours are steps × the median step\n\
+             time. The runs' own device-hours and tokens/s (their sessions' machine speed) are in the two columns\n\
+             after `steps`; a row marked † has no timings and uses them."
+        ),
+        StepCost::RunHours => format!(
+            "The step-time ratio is {baseline}'s device-hours per step / the model's, from the runs themselves (this sweep\n\
+             has no step-time calibration)."
+        ),
+    };
     let mut md = format!(
         "# {table}: perplexity and speedup to {baseline}'s final perplexity\n\n\
          Per model and context, over its seeds: the final held-out perplexity (mean [min–max]); the speedup, {baseline}'s\n\
          training time divided by the time the model takes to reach {baseline}'s final perplexity (linear between\n\
          evaluations), in device-hours, over every (model seed, {baseline} seed) pair (a pair that never reaches it counts\n\
-         as 0); its decomposition into the same ratio in training steps × the step-time ratio ({baseline}'s device-hours\n\
-         per step / the model's); and the verdict on the paper's claim that the model is faster (speedup > 1): reproduced\n\
-         when every pair is above 1, refuted when every pair is below, else inconclusive. {baseline}'s own row pairs its\n\
-         different seeds: how far apart two runs of one model land. tokens/s: training tokens over training seconds.\n\
+         as 0); its decomposition into the same ratio in training steps × the step-time ratio; and the verdict on the\n\
+         paper's claim that the model is faster (speedup > 1): reproduced when the whole range is above 1, refuted when\n\
+         it is below, else inconclusive. {baseline}'s own row pairs its different seeds: how far apart two runs of one\n\
+         model land. tokens/s: training tokens over training seconds.\n\
+         {step_time_source}\n\
          Generated from `metrics.csv` (each row names its run in the run store).\n\n"
     );
-    let all = summaries(&rows, &config);
+    let all = summaries(&rows, &config, cost);
     let base_rows: Vec<&Summary> = all.iter().filter(|s| &s.model == baseline).collect();
-    md += &format!("Past the initial drop: {baseline}'s held-out loss improved by at most ");
-    md += &base_rows
+    // The body (below the heading and the legend) is also what the artifact's README shows.
+    let mut body =
+        format!("Past the initial drop: {baseline}'s held-out loss improved by at most ");
+    body += &base_rows
         .iter()
         .map(|s| format!("{:.2}% (context {})", 100.0 * s.last_quarter, s.context))
         .collect::<Vec<_>>()
         .join(", ");
-    md += " over the last quarter of its steps (worst seed; the cpu scale asks for under 2%).\n\n";
-    md += "| model | context | seeds | steps | device-hours | tokens/s | final ppl | speedup (device-hours) | = in steps | × step time | reached | verdict |\n\
-           |---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    body +=
+        " over the last quarter of its steps (worst seed; the cpu scale asks for under 2%).\n\n";
+    body += "| model | context | seeds | steps | run device-hours | run tokens/s | s/step (timed) | final ppl | speedup (device-hours) | = in steps | × step time | reached | verdict |\n\
+           |---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for s in &all {
         let verdict = speedup_verdict(s, &config).map_or_else(|| "—".into(), |v| v.to_string());
-        md += &format!(
-            "| {} | {} | {} | {} | {:.3e} | {:.0} | {} | {}× | {}× | {}× | {}/{} | {verdict} |\n",
+        body += &format!(
+            "| {} | {} | {} | {} | {:.3e} | {:.0} | {} | {} | {}× | {}× | {}× | {}/{} | {verdict} |\n",
             s.model,
             s.context,
             s.seeds,
             s.steps,
             s.device_hours,
             s.tokens_per_s,
+            match (s.timed_seconds, cost) {
+                (Some(t), _) => format!("{t:.3}"),
+                (None, StepCost::Timed(_)) => "†".into(),
+                (None, StepCost::RunHours) => "—".into(),
+            },
             s.final_ppl.show(2),
             s.speedup.show(2),
             s.steps_ratio.show(2),
@@ -544,17 +759,26 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
             s.reached.1,
         );
     }
-    let mut contexts: Vec<usize> = rows.iter().map(|r| r.context).collect();
-    contexts.sort_unstable();
-    contexts.dedup();
+    md += &body;
     let objective = match config.objective {
         Objective::Causal => "Causal LM",
         Objective::Masked => "Masked LM",
     };
-    for &c in &contexts {
-        let curves: Vec<SeedCurve> = model_order(&rows)
+    let models = model_order(&rows);
+    for c in all
+        .iter()
+        .map(|s| s.context)
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let curves: Vec<SeedCurve> = models
             .iter()
-            .filter_map(|m| seed_curve(&rows, m, c))
+            .filter_map(|m| {
+                let timed = all
+                    .iter()
+                    .find(|s| &s.model == m && s.context == c)
+                    .and_then(|s| s.timed_seconds);
+                seed_curve(&rows, m, c, timed)
+            })
             .collect();
         let Some(base) = all.iter().find(|s| &s.model == baseline && s.context == c) else {
             continue;
@@ -565,10 +789,16 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
                 config.dataset
             ),
             baseline: (baseline.clone(), base.final_ppl.mean),
+            hours_label: match cost {
+                StepCost::Timed(_) => "device-hours (steps × calibrated step time)".into(),
+                StepCost::RunHours => "device-hours (the runs' training time)".into(),
+            },
         }
         .save(&out.join(format!("ppl_{c}")), &curves)?;
     }
-    write_atomic(&out.join("table.md"), md.as_bytes())
+    write_atomic(&out.join("table.md"), md.as_bytes())?;
+    report::readme::fill(&out.join("README.md"), "table.md", &body)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,11 +2,18 @@
 //! perplexity over seeds, the speedup to the baseline's final perplexity over every (model seed,
 //! baseline seed) pair, decomposed as (steps ratio) × (step-time ratio), and whether the whole
 //! range lies on the paper's side of 1.
+//!
+//! The step-time ratio comes from the sweep's step-time calibration when it has one
+//! ([`StepCost::Timed`]: every model's training step timed round-robin in one session, after the
+//! runs), else from the runs' own device-hours ([`StepCost::RunHours`]). The runs of a sweep may be
+//! trained in pieces over several sessions, and this machine's speed differs between sessions by
+//! tens of percent; the steps ratio does not depend on the machine, the calibration compares step
+//! costs measured together.
 
 use std::fmt;
 
 use report::speedup_to_baseline;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use training::trainer::{METRICS_HEADER, MetricsRow};
 
 /// One evaluation of one run: a row of a sweep's `metrics.csv`, the run's identity followed by the
@@ -41,6 +48,62 @@ impl SweepRow {
             self.metrics.csv_fields()
         )
     }
+}
+
+/// One timed training step of the step-time calibration (a row of a sweep's `step_times.csv`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepTime {
+    pub model: String,
+    pub context: usize,
+    /// The round: in each round every model of the context takes one step, in turn.
+    pub round: usize,
+    /// Seconds of the step (forward, backward, optimizer update; the run's batch).
+    pub seconds: f64,
+    /// Hash of what the step's cost depends on (model configuration, objective, batch, optimizer,
+    /// devices): a calibration of another configuration is not reused.
+    pub config: String,
+}
+
+/// Where the step-time ratio of a speedup comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum StepCost<'a> {
+    /// The runs' own training device-hours per step. Runs trained at different times carry the
+    /// machine's drift between them.
+    RunHours,
+    /// The calibration's rounds: per round, the baseline's seconds / the model's (a model or
+    /// context without timings falls back to the runs' hours).
+    Timed(&'a [StepTime]),
+}
+
+impl StepCost<'_> {
+    /// The seconds of `model`'s timed steps at `context`, in round order.
+    pub fn seconds(&self, model: &str, context: usize) -> Vec<f64> {
+        let StepCost::Timed(times) = self else {
+            return Vec::new();
+        };
+        let mut t: Vec<&StepTime> = times
+            .iter()
+            .filter(|t| t.model == model && t.context == context)
+            .collect();
+        t.sort_by_key(|t| t.round);
+        t.iter().map(|t| t.seconds).collect()
+    }
+
+    /// Per round, `baseline`'s seconds / `model`'s at `context`; none unless both have the same
+    /// rounds.
+    fn round_ratios(&self, baseline: &str, model: &str, context: usize) -> Option<Vec<f64>> {
+        let (b, m) = (
+            self.seconds(baseline, context),
+            self.seconds(model, context),
+        );
+        (!b.is_empty() && b.len() == m.len())
+            .then(|| b.iter().zip(&m).map(|(b, m)| b / m).collect())
+    }
+}
+
+/// The median of `values` (not empty).
+pub fn median_of(values: &[f64]) -> f64 {
+    Spread::quartiles(values).mean
 }
 
 /// Where a claim's number must lie.
@@ -93,6 +156,25 @@ impl Spread {
             mean: values.iter().sum::<f64>() / n,
             min: values.iter().copied().fold(f64::INFINITY, f64::min),
             max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+
+    /// The median and the interquartile range of `values` (not empty; quartiles interpolated
+    /// linearly between order statistics, numpy's default), in `mean`, `min` and `max`: the
+    /// central value and precision of a repeated measurement of one quantity (a step-time ratio),
+    /// where the full range only grows with the number of repeats.
+    pub fn quartiles(values: &[f64]) -> Self {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let at = |p: f64| {
+            let pos = p * (v.len() - 1) as f64;
+            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+            v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+        };
+        Self {
+            mean: at(0.5),
+            min: at(0.25),
+            max: at(0.75),
         }
     }
 
@@ -182,8 +264,12 @@ pub struct Summary {
     pub speedup: Spread,
     /// The same in training steps.
     pub steps_ratio: Spread,
-    /// Baseline hours per step / model hours per step, over the pairs.
+    /// Baseline step time / model step time: when timed, the median and interquartile range of
+    /// the calibration's per-round ratios ([`Spread::quartiles`]); else the mean and range over
+    /// the pairs of runs (hours per step).
     pub step_time_ratio: Spread,
+    /// The model's median calibrated seconds per step, when the sweep timed it.
+    pub timed_seconds: Option<f64>,
     /// Pairs where the model reaches the baseline's final perplexity, of all pairs.
     pub reached: (usize, usize),
     /// Largest last-quarter improvement of held-out loss over the seeds.
@@ -191,12 +277,16 @@ pub struct Summary {
 }
 
 /// Summaries of every model at `context` against `baseline`, in `models` order (models without
-/// rows at that context are skipped).
+/// rows at that context are skipped). With timed step costs, the speedup is the steps ratio's
+/// spread over the pairs times the step-time ratio's (mean × median, min × lower quartile,
+/// max × upper quartile): with a constant step time the time to reach a perplexity is steps ×
+/// seconds per step.
 pub fn summarize(
     rows: &[SweepRow],
     models: &[String],
     baseline: &str,
     context: usize,
+    cost: StepCost,
 ) -> Vec<Summary> {
     let base = runs(rows, baseline, context);
     let by_hours = |r: &SweepRow| r.metrics.device_hours;
@@ -227,6 +317,23 @@ pub fn summarize(
                 (speedup, steps_ratio, step_time) = (vec![1.0], vec![1.0], vec![1.0]);
                 reached = 1;
             }
+            let pairs = speedup.len();
+            let mut speedup = Spread::of(&speedup);
+            let steps_ratio = Spread::of(&steps_ratio);
+            let timed = cost.round_ratios(baseline, m, context);
+            let step_time_ratio = match &timed {
+                Some(ratios) => {
+                    let t = Spread::quartiles(ratios);
+                    speedup = Spread {
+                        mean: steps_ratio.mean * t.mean,
+                        min: steps_ratio.min * t.min,
+                        max: steps_ratio.max * t.max,
+                    };
+                    t
+                }
+                None => Spread::of(&step_time),
+            };
+            let timed_seconds = timed.map(|_| median_of(&cost.seconds(m, context)));
             let lasts: Vec<&SweepRow> = own.iter().map(|r| r.last()).collect();
             let mean = |f: fn(&SweepRow) -> f64| {
                 Spread::of(&lasts.iter().map(|r| f(r)).collect::<Vec<_>>()).mean
@@ -241,10 +348,11 @@ pub fn summarize(
                 final_ppl: Spread::of(
                     &lasts.iter().map(|r| r.metrics.eval_ppl).collect::<Vec<_>>(),
                 ),
-                speedup: Spread::of(&speedup),
-                steps_ratio: Spread::of(&steps_ratio),
-                step_time_ratio: Spread::of(&step_time),
-                reached: (reached, speedup.len()),
+                speedup,
+                steps_ratio,
+                step_time_ratio,
+                timed_seconds,
+                reached: (reached, pairs),
                 last_quarter: own
                     .iter()
                     .map(Run::last_quarter_improvement)
@@ -305,7 +413,13 @@ mod tests {
                 )
             }));
         }
-        let s = &summarize(&rows, &["base".into(), "m".into()], "base", 512)[1];
+        let s = &summarize(
+            &rows,
+            &["base".into(), "m".into()],
+            "base",
+            512,
+            StepCost::RunHours,
+        )[1];
         assert_eq!(
             s.reached,
             (3, 4),
@@ -319,7 +433,7 @@ mod tests {
         assert_eq!(Verdict::above(&s.speedup, 1.0), Verdict::Inconclusive);
         // The baseline against its other seeds (never a run against itself): the noise floor.
         // (b0 → b1's 12: crossed at 3 + 3/5 h → 4 / 3.6); (b1 → b0's 10): never.
-        let base = &summarize(&rows, &["base".into()], "base", 512)[0];
+        let base = &summarize(&rows, &["base".into()], "base", 512, StepCost::RunHours)[0];
         assert_eq!(base.reached, (1, 2));
         assert!(
             (base.speedup.max - 4.0 / 3.6).abs() < 1e-9,
@@ -327,6 +441,56 @@ mod tests {
             base.speedup
         );
         assert_eq!(base.final_ppl.min, 10.0);
+    }
+
+    #[test]
+    fn timed_step_costs_replace_the_runs_hours() {
+        // The model learns twice as fast per step (reaches the baseline's final 10 at step 2 of
+        // 4), and its runs' hours are deliberately wrong (10 h per step, as if trained on a slow
+        // day); the calibration times its step at half the baseline's in one round and equal in
+        // another.
+        let mut rows = vec![];
+        rows.extend([1, 2, 3, 4].map(|s| row("base", 0, s, s as f64, 30.0 - 5.0 * s as f64)));
+        rows.extend([1, 2, 3, 4].map(|s| {
+            row(
+                "m",
+                0,
+                s,
+                10.0 * s as f64,
+                (30.0 - 10.0 * s as f64).max(8.0),
+            )
+        }));
+        let t = |model: &str, round, seconds| StepTime {
+            model: model.into(),
+            context: 512,
+            round,
+            seconds,
+            config: String::new(),
+        };
+        let times = [
+            t("base", 0, 2.0),
+            t("m", 0, 1.0),
+            t("base", 1, 3.0),
+            t("m", 1, 3.0),
+        ];
+        let models = ["base".to_string(), "m".to_string()];
+        let s = &summarize(&rows, &models, "base", 512, StepCost::Timed(&times))[1];
+        // Round ratios 2 and 1: median 1.5, quartiles 1.25 and 1.75.
+        assert_eq!(s.steps_ratio.mean, 2.0);
+        let t = s.step_time_ratio;
+        assert_eq!((t.min, t.mean, t.max), (1.25, 1.5, 1.75));
+        assert_eq!(
+            (s.speedup.min, s.speedup.mean, s.speedup.max),
+            (2.5, 3.0, 3.5)
+        );
+        assert_eq!(s.timed_seconds, Some(2.0));
+        // From the runs' hours instead: 4 h / 20 h.
+        let h = &summarize(&rows, &models, "base", 512, StepCost::RunHours)[1];
+        assert!((h.speedup.mean - 0.2).abs() < 1e-12, "{:?}", h.speedup);
+        assert_eq!(h.timed_seconds, None);
+        // A model without timings falls back to its runs' hours.
+        let partial = &summarize(&rows, &models, "base", 512, StepCost::Timed(&times[..1]))[1];
+        assert_eq!(partial.timed_seconds, None);
     }
 
     #[test]
@@ -341,6 +505,17 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(back, vec![r]);
+    }
+
+    #[test]
+    fn quartiles_interpolate_between_order_statistics() {
+        // numpy.percentile([4, 1, 3, 2, 5], [25, 50, 75]) = [2, 3, 4];
+        // numpy.percentile([1, 2, 3, 10], [25, 50, 75]) = [1.75, 2.5, 4.75].
+        let q = Spread::quartiles(&[4.0, 1.0, 3.0, 2.0, 5.0]);
+        assert_eq!((q.min, q.mean, q.max), (2.0, 3.0, 4.0));
+        let q = Spread::quartiles(&[1.0, 2.0, 3.0, 10.0]);
+        assert_eq!((q.min, q.mean, q.max), (1.75, 2.5, 4.75));
+        assert_eq!(Spread::quartiles(&[7.0]).min, 7.0);
     }
 
     #[test]

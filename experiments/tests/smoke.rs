@@ -104,8 +104,15 @@ fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
         table.contains("| transformer_plusplus | 16 | 1 | 4 |") && table.contains("1.00×"),
         "{table}"
     );
+    // The step-time calibration: 6 models × 2 contexts × 2 rounds, each model's median in the table.
+    let times = std::fs::read_to_string(out.join("step_times.csv")).unwrap();
+    assert_eq!(times.lines().count(), 1 + 6 * 2 * 2, "{times}");
+    assert!(
+        table.contains("step_times.csv") && !table.contains("| † |"),
+        "{table}"
+    );
     // A second run finds every run finished in the store and rewrites the same numbers, also
-    // without the checkpoints (committed runs carry none).
+    // without the checkpoints (committed runs carry none); the calibration is kept.
     let store = out.join("store");
     assert_eq!(store_runs(&store).len(), 6 * 2, "one store entry per run");
     for dir in store_runs(&store) {
@@ -114,6 +121,10 @@ fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
     run(&[]).unwrap();
     let again = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
     assert_eq!(csv, again);
+    assert_eq!(
+        times,
+        std::fs::read_to_string(out.join("step_times.csv")).unwrap()
+    );
     // A changed configuration is another run, under another name; the first runs stay as they were.
     run(&["--set", "peak_lr=0.5"]).unwrap();
     assert_eq!(store_runs(&store).len(), 2 * 6 * 2);
@@ -127,10 +138,25 @@ fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
         format!("{err:#}").contains("holds a run with another configuration"),
         "{err:#}"
     );
-    // --report redraws from the CSV alone.
+    // --report redraws from the CSV alone, and fills the README's generated block with the
+    // table (the README's own text kept).
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
     std::fs::remove_file(out.join("table.md")).unwrap();
+    let readme =
+        "# fig6\n<!-- generated: table.md -->\nstale\n<!-- end generated: table.md -->\nend\n";
+    std::fs::write(out.join("README.md"), readme).unwrap();
     lm_sweep::run(cli("fig6", &out, &["--report"]), &|_| "").unwrap();
-    assert!(out.join("table.md").is_file());
+    assert_eq!(
+        std::fs::read_to_string(out.join("table.md")).unwrap(),
+        table
+    );
+    let filled = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(
+        filled.starts_with("# fig6\n") && filled.ends_with("end\n") && !filled.contains("stale"),
+        "{filled}"
+    );
+    let row = table.lines().find(|l| l.starts_with("| flash |")).unwrap();
+    assert!(filled.contains(row), "{filled}");
     std::fs::remove_dir_all(&out).unwrap();
 }
 

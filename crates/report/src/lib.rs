@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use plotters::prelude::*;
 
 pub mod quality;
+pub mod readme;
 
 /// DejaVu Sans, bundled so charts render the same on a machine without fonts (licence beside it).
 const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
@@ -148,19 +149,47 @@ impl LineChart {
 
     /// Writes `<stem>.png` and `<stem>.svg` (each through a temporary file, then renamed).
     pub fn save(&self, stem: &Path, series: &[Series]) -> Result<()> {
-        register_font();
-        let size = (900, 600);
-        for ext in ["png", "svg"] {
-            let path = stem.with_extension(ext);
-            let tmp = stem.with_extension(format!("tmp.{ext}"));
-            match ext {
-                "png" => self.draw(BitMapBackend::new(&tmp, size).into_drawing_area(), series)?,
-                _ => self.draw(SVGBackend::new(&tmp, size).into_drawing_area(), series)?,
-            }
-            std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
-        }
-        Ok(())
+        save_figure(stem, (900, 600), &(self, series))
     }
+}
+
+impl Figure for (&LineChart, &[Series]) {
+    fn draw_on<DB: DrawingBackend>(
+        &self,
+        root: DrawingArea<DB, plotters::coord::Shift>,
+    ) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        self.0.draw(root, self.1)
+    }
+}
+
+/// A chart with its data, drawable on any plotters backend (so one [`save_figure`] writes both
+/// formats of every chart kind).
+trait Figure {
+    fn draw_on<DB: DrawingBackend>(
+        &self,
+        root: DrawingArea<DB, plotters::coord::Shift>,
+    ) -> Result<()>
+    where
+        DB::ErrorType: 'static;
+}
+
+/// Writes `<stem>.png` and `<stem>.svg` of `figure` at `size` pixels, each through a temporary file
+/// that is then renamed (a reader never sees half a chart).
+fn save_figure(stem: &Path, size: (u32, u32), figure: &impl Figure) -> Result<()> {
+    register_font();
+    for ext in ["png", "svg"] {
+        let path = stem.with_extension(ext);
+        let tmp = stem.with_extension(format!("tmp.{ext}"));
+        match ext {
+            "png" => figure.draw_on(BitMapBackend::new(&tmp, size).into_drawing_area())?,
+            _ => figure.draw_on(SVGBackend::new(&tmp, size).into_drawing_area())?,
+        }
+        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// An axis tick: three significant digits (0.00123, 0.0421, 1.5, 512), trailing zeros dropped,

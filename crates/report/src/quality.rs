@@ -7,11 +7,11 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::{register_font, tick_label};
+use crate::{Figure, save_figure, tick_label};
 
 /// A model's curve over its seeds: at each evaluation, the mean x (device-hours or steps) and the
 /// mean, lowest and highest perplexity over the seeds.
@@ -26,7 +26,7 @@ pub struct SeedCurve {
 /// One evaluation of a [`SeedCurve`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SeedPoint {
-    /// Training device-hours, mean over the seeds.
+    /// Training device-hours: the mean over the seeds of the runs' own, or steps × a calibrated step time.
     pub hours: f64,
     /// Training step.
     pub step: f64,
@@ -113,6 +113,8 @@ pub struct QualityChart {
     pub title: String,
     /// The baseline model's name and its final perplexity (seed mean).
     pub baseline: (String, f64),
+    /// The label of the device-hours axis (how the hours were counted).
+    pub hours_label: String,
 }
 
 impl QualityChart {
@@ -213,7 +215,7 @@ impl QualityChart {
         let plots_width = root.dim_in_pixel().0 as i32 - 210;
         let (plots, legend) = root.split_horizontally(plots_width);
         let (left, right) = plots.split_horizontally(plots_width / 2);
-        self.panel(&left, curves, |p| p.hours, "device-hours (training only)")?;
+        self.panel(&left, curves, |p| p.hours, &self.hours_label)?;
         self.panel(&right, curves, |p| p.step, "training step")?;
         // The legend, outside the data: one entry per model, then the baseline line and the
         // off-chart marker.
@@ -263,18 +265,16 @@ impl QualityChart {
 
     /// Writes `<stem>.png` and `<stem>.svg` (each through a temporary file, then renamed).
     pub fn save(&self, stem: &Path, curves: &[SeedCurve]) -> Result<()> {
-        register_font();
-        let size = (1300, 560);
-        for ext in ["png", "svg"] {
-            let path = stem.with_extension(ext);
-            let tmp = stem.with_extension(format!("tmp.{ext}"));
-            match ext {
-                "png" => self.draw(BitMapBackend::new(&tmp, size).into_drawing_area(), curves)?,
-                _ => self.draw(SVGBackend::new(&tmp, size).into_drawing_area(), curves)?,
-            }
-            std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
-        }
-        Ok(())
+        save_figure(stem, (1300, 560), &(self, curves))
+    }
+}
+
+impl Figure for (&QualityChart, &[SeedCurve]) {
+    fn draw_on<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        self.0.draw(root, self.1)
     }
 }
 
@@ -342,6 +342,7 @@ mod tests {
         let chart = QualityChart {
             title: "Causal LM, gutenberg_shakespeare, context 512".into(),
             baseline: ("transformer_plusplus".into(), 41.0),
+            hours_label: "device-hours".into(),
         };
         let curves = [
             curve("transformer_plusplus", &[900.0, 60.0, 50.0, 41.0]),

@@ -145,6 +145,112 @@ fn seed_devices(devices: &[Device], seed: u64) {
     }
 }
 
+/// One optimizer step (step number `step`, learning rate `lr`): every device's micro-batches,
+/// their gradients summed on the first device, the update; waits for the device. Returns the new
+/// model, the mean training loss and the tokens seen. The training loop and [`Stepper`] share it.
+fn take_step<M, T>(
+    cfg: &TrainConfig,
+    model: M,
+    optim: &mut burn::optim::ModuleOptimizer,
+    task: &mut T,
+    devices: &[Device],
+    step: usize,
+    lr: f64,
+) -> Result<(M, f64, usize)>
+where
+    M: Module + Clone,
+    T: Task<M>,
+{
+    let device = &devices[0];
+    seed_devices(devices, cfg.seed.wrapping_add(step as u64));
+    let replicas: Vec<M> = std::iter::once(model.clone())
+        .chain(devices[1..].iter().map(|d| model.clone().fork(d)))
+        .collect();
+    let micro_batches = cfg.grad_accum * devices.len();
+    let mut accum = GradientsAccumulator::new();
+    let mut losses = Vec::with_capacity(micro_batches);
+    let mut tokens = 0;
+    for _ in 0..cfg.grad_accum {
+        for (replica, d) in replicas.iter().zip(devices) {
+            let (loss, n) = task.train_loss(replica, d)?;
+            let scaled = loss.clone() / micro_batches as f64;
+            let grads = GradientsParams::from_grads(scaled.backward(), replica);
+            accum.accumulate(&model, grads.to_device(device, &model));
+            losses.push(loss);
+            tokens += n;
+        }
+    }
+    // Read after every replica has been launched, so no device waits on another's loss.
+    let loss = losses
+        .into_iter()
+        .map(|l| l.into_scalar::<f32>() as f64)
+        .sum::<f64>()
+        / micro_batches as f64;
+    if !loss.is_finite() {
+        return Ok((model, loss, tokens));
+    }
+    let model = optim.step(lr, model, accum.grads());
+    device.sync().map_err(|e| anyhow!("device: {e:?}"))?;
+    Ok((model, loss, tokens))
+}
+
+/// A model, its optimizer and its task, stepped one training step at a time and timed: the same
+/// step as [`train`]'s (same micro-batches, optimizer and schedule), without evaluation,
+/// checkpoints or files. Timing several models' steps round-robin (one step each in turn) gives
+/// them the same machine drift, so their step-time ratios compare implementations measured
+/// together (the LM sweeps' step-time calibration).
+pub struct Stepper<M, T> {
+    cfg: TrainConfig,
+    model: Option<M>,
+    optim: burn::optim::ModuleOptimizer,
+    task: T,
+    devices: Vec<Device>,
+    step: usize,
+}
+
+impl<M: Module + Clone, T: Task<M>> Stepper<M, T> {
+    pub fn new(cfg: &TrainConfig, model: M, task: T, devices: &[Device]) -> Result<Self> {
+        if devices.is_empty() || cfg.grad_accum == 0 || cfg.steps == 0 {
+            bail!("a stepper needs a device, grad_accum > 0 and steps > 0");
+        }
+        Ok(Self {
+            optim: cfg.optimizer.init(cfg.clip_norm),
+            cfg: cfg.clone(),
+            model: Some(model),
+            task,
+            devices: devices.to_vec(),
+            step: 0,
+        })
+    }
+
+    /// Takes the next step (the schedule's learning rate at that step) and returns its seconds and
+    /// training loss.
+    pub fn step(&mut self) -> Result<(f64, f64)> {
+        self.step += 1;
+        let lr = self
+            .cfg
+            .schedule
+            .lr(self.step.min(self.cfg.steps), self.cfg.steps);
+        let model = self
+            .model
+            .take()
+            .expect("the stepper keeps its model between steps");
+        let start = Instant::now();
+        let (next, loss, _) = take_step(
+            &self.cfg,
+            model,
+            &mut self.optim,
+            &mut self.task,
+            &self.devices,
+            self.step,
+            lr,
+        )?;
+        let seconds = start.elapsed().as_secs_f64();
+        self.model = Some(next);
+        Ok((seconds, loss))
+    }
+}
+
 /// Installs a Ctrl-C handler that sets `stop` (once per process; later calls share the first flag).
 pub fn stop_on_ctrl_c() -> Arc<AtomicBool> {
     static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
@@ -289,31 +395,9 @@ where
         }
         let step = run.step + 1;
         let lr = cfg.schedule.lr(step, cfg.steps);
-        seed_devices(devices, cfg.seed.wrapping_add(step as u64));
         let start = Instant::now();
-        let replicas: Vec<M> = std::iter::once(model.clone())
-            .chain(devices[1..].iter().map(|d| model.clone().fork(d)))
-            .collect();
-        let micro_batches = cfg.grad_accum * devices.len();
-        let mut accum = GradientsAccumulator::new();
-        let mut losses = Vec::with_capacity(micro_batches);
-        let mut tokens = 0;
-        for _ in 0..cfg.grad_accum {
-            for (replica, d) in replicas.iter().zip(devices) {
-                let (loss, n) = task.train_loss(replica, d)?;
-                let scaled = loss.clone() / micro_batches as f64;
-                let grads = GradientsParams::from_grads(scaled.backward(), replica);
-                accum.accumulate(&model, grads.to_device(device, &model));
-                losses.push(loss);
-                tokens += n;
-            }
-        }
-        // Read after every replica has been launched, so no device waits on another's loss.
-        let loss = losses
-            .into_iter()
-            .map(|l| l.into_scalar::<f32>() as f64)
-            .sum::<f64>()
-            / micro_batches as f64;
+        let (next, loss, tokens) = take_step(cfg, model, &mut optim, task, devices, step, lr)?;
+        model = next;
         if !loss.is_finite() {
             let last = run.step;
             bail!(
@@ -325,8 +409,6 @@ where
                 }
             );
         }
-        model = optim.step(lr, model, accum.grads());
-        device.sync().map_err(|e| anyhow!("device: {e:?}"))?;
         run.device_seconds += start.elapsed().as_secs_f64();
         run.tokens += tokens as u64;
         run.step = step;
