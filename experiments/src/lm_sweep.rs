@@ -44,6 +44,19 @@ impl Objective {
     }
 }
 
+/// What a sweep's `table.md` shows after the per-model summary (perplexity and speedup).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SweepTable {
+    /// The summary only (Tables 3, 12, 13; Figure 7).
+    #[default]
+    Speedup,
+    /// Also the perplexity lost by chunking per context (Table 5): FLASH-Quad → FLASH against
+    /// Transformer++ → MC-TFM++ (and the relu² Transformer++ control when trained), with the
+    /// verdict on "the GAU loses less".
+    ChunkingLoss,
+}
+
 /// One sweep, one file per scale under `experiments/configs/<id>/`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -116,6 +129,9 @@ pub struct LmSweepConfig {
     /// more rounds.
     #[serde(default = "default_timing_rounds")]
     pub timing_rounds: usize,
+    /// What `table.md` shows beyond the summary.
+    #[serde(default)]
+    pub table: SweepTable,
 }
 
 fn default_timing_rounds() -> usize {
@@ -167,6 +183,8 @@ fn paper_table(id: &str) -> String {
         "fig5" => "FLASH Table 12 (masked LM, Figure 5)".into(),
         "fig6" => "FLASH Table 13 (causal LM, Figure 6)".into(),
         "table3" => "FLASH Table 3 (causal LM on PG-19)".into(),
+        "fig7" => "FLASH Figure 7 (ablations of mixed chunk attention)".into(),
+        "table5" => "FLASH Table 5 (the perplexity lost by chunking)".into(),
         other => format!("`{other}`"),
     }
 }
@@ -557,6 +575,13 @@ fn sweep_models(config: &LmSweepConfig) -> Result<Vec<SweepModel<'_>>> {
             bail!("claimed_faster names `{c}`, which is not a model of the sweep");
         }
     }
+    if config.table == SweepTable::ChunkingLoss {
+        for needed in crate::verdict::CHUNKING_MODELS {
+            if !models.iter().any(|m| m.name == needed) {
+                bail!("table = \"chunking_loss\" needs the model `{needed}`; add it to `models`");
+            }
+        }
+    }
     Ok(models)
 }
 
@@ -759,6 +784,9 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
             s.reached.1,
         );
     }
+    if config.table == SweepTable::ChunkingLoss {
+        body += &chunking_table(&rows, &all);
+    }
     md += &body;
     let objective = match config.objective {
         Objective::Causal => "Causal LM",
@@ -799,6 +827,35 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
     write_atomic(&out.join("table.md"), md.as_bytes())?;
     report::readme::fill(&out.join("README.md"), "table.md", &body)?;
     Ok(())
+}
+
+/// The chunking-loss section of `table.md` (FLASH Table 5), one row per context.
+fn chunking_table(rows: &[SweepRow], all: &[Summary]) -> String {
+    let contexts: std::collections::BTreeSet<usize> = all.iter().map(|s| s.context).collect();
+    let mut md = String::from(
+        "\n## The perplexity lost by chunking (FLASH Table 5)\n\n\
+         Chunked / unchunked final perplexity (ratio of the seed means, range over every seed pair): for the GAU\n\
+         FLASH / FLASH-Quad, for the Transformer MC-TFM++ / Transformer++ (chunking and relu² scoring together) and\n\
+         MC-TFM++ / relu² Transformer++ (chunking alone). The claim (F6): the GAU loses less, i.e. (MC-TFM++ /\n\
+         Transformer++) / (FLASH / FLASH-Quad) > 1, over every combination of the four models' seeds.\n\n\
+         | context | FLASH / FLASH-Quad | MC-TFM++ / Transformer++ | MC-TFM++ / relu² Transformer++ | Transformer's loss / GAU's | verdict |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    for c in contexts {
+        let Some(l) = crate::verdict::chunking_loss(rows, c) else {
+            continue;
+        };
+        md += &format!(
+            "| {c} | {}× | {}× | {} | {}× | {} |\n",
+            l.gau.show(3),
+            l.transformer.show(3),
+            l.transformer_relu2
+                .map_or_else(|| "—".into(), |r| format!("{}×", r.show(3))),
+            l.ratio.show(3),
+            Verdict::above(&l.ratio, 1.0),
+        );
+    }
+    md
 }
 
 #[cfg(test)]

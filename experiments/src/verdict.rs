@@ -178,6 +178,16 @@ impl Spread {
         }
     }
 
+    /// `self / other` for positive quantities with independent errors: the ratio of the centres,
+    /// the range from the extreme quotients.
+    pub fn div(&self, other: &Spread) -> Spread {
+        Spread {
+            mean: self.mean / other.mean,
+            min: self.min / other.max,
+            max: self.max / other.min,
+        }
+    }
+
     /// `mean [min–max]` with `digits` decimals, or the mean alone when all values are equal.
     pub fn show(&self, digits: usize) -> String {
         if self.min == self.max {
@@ -362,6 +372,55 @@ pub fn summarize(
         .collect()
 }
 
+/// The final held-out perplexity of each of `model`'s seeds at `context` (seed order).
+pub fn final_ppls(rows: &[SweepRow], model: &str, context: usize) -> Vec<f64> {
+    runs(rows, model, context)
+        .iter()
+        .map(|r| r.last().metrics.eval_ppl)
+        .collect()
+}
+
+/// `a`'s final perplexity relative to `b`'s at `context`: the ratio of the seed means, with the
+/// range over every (a seed, b seed) pair; none when either has no runs there.
+pub fn ppl_ratio(rows: &[SweepRow], a: &str, b: &str, context: usize) -> Option<Spread> {
+    let (a, b) = (final_ppls(rows, a, context), final_ppls(rows, b, context));
+    (!a.is_empty() && !b.is_empty()).then(|| Spread::of(&a).div(&Spread::of(&b)))
+}
+
+/// The perplexity lost by chunking at one context (FLASH Table 5): chunked / unchunked final
+/// perplexity for the GAU (FLASH-Quad → FLASH) and for the Transformer (Transformer++ → MC-TFM++,
+/// and from the relu² Transformer++, which differs from MC-TFM++ only in the chunking).
+#[derive(Clone, Debug)]
+pub struct ChunkingLoss {
+    pub context: usize,
+    /// FLASH / FLASH-Quad.
+    pub gau: Spread,
+    /// MC-TFM++ / Transformer++ (chunking and relu² scoring together).
+    pub transformer: Spread,
+    /// MC-TFM++ / relu² Transformer++ (chunking alone), when the control was trained.
+    pub transformer_relu2: Option<Spread>,
+    /// The Transformer's loss over the GAU's, (MC-TFM++ / Transformer++) / (FLASH / FLASH-Quad):
+    /// above 1 when the GAU loses less (the paper's claim F6), the range over every combination of
+    /// the four models' seeds.
+    pub ratio: Spread,
+}
+
+/// The models a chunking-loss table needs, by name.
+pub const CHUNKING_MODELS: [&str; 4] = ["flash_quad", "flash", "transformer_plusplus", "mc_tfmpp"];
+
+/// The chunking loss at `context`, if the four models of [`CHUNKING_MODELS`] have runs there.
+pub fn chunking_loss(rows: &[SweepRow], context: usize) -> Option<ChunkingLoss> {
+    let gau = ppl_ratio(rows, "flash", "flash_quad", context)?;
+    let transformer = ppl_ratio(rows, "mc_tfmpp", "transformer_plusplus", context)?;
+    Some(ChunkingLoss {
+        context,
+        gau,
+        transformer,
+        transformer_relu2: ppl_ratio(rows, "mc_tfmpp", "transformer_plusplus_relu2", context),
+        ratio: transformer.div(&gau),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -516,6 +575,33 @@ mod tests {
         let q = Spread::quartiles(&[1.0, 2.0, 3.0, 10.0]);
         assert_eq!((q.min, q.mean, q.max), (1.75, 2.5, 4.75));
         assert_eq!(Spread::quartiles(&[7.0]).min, 7.0);
+    }
+
+    #[test]
+    fn chunking_loss_compares_the_two_ratios_over_every_seed() {
+        let mut rows = vec![];
+        // Final perplexities: FLASH-Quad 100 / 110, FLASH 105 / 105 (GAU loses 0.95–1.05×),
+        // Transformer++ 100 / 100, MC-TFM++ 120 / 132 (the Transformer loses 1.2–1.32×).
+        for (model, finals) in [
+            ("flash_quad", [100.0, 110.0]),
+            ("flash", [105.0, 105.0]),
+            ("transformer_plusplus", [100.0, 100.0]),
+            ("mc_tfmpp", [120.0, 132.0]),
+        ] {
+            for (seed, end) in finals.into_iter().enumerate() {
+                rows.push(row(model, seed as u64, 1, 1.0, 500.0));
+                rows.push(row(model, seed as u64, 2, 2.0, end));
+            }
+        }
+        let c = chunking_loss(&rows, 512).unwrap();
+        assert!((c.gau.min - 105.0 / 110.0).abs() < 1e-12 && c.gau.max == 1.05);
+        assert!((c.transformer.mean - 1.26).abs() < 1e-12);
+        assert!(c.transformer_relu2.is_none());
+        // Worst case for the claim: 1.2 / 1.05; best: 1.32 / (105 / 110).
+        assert!((c.ratio.min - 1.2 / 1.05).abs() < 1e-12, "{:?}", c.ratio);
+        assert!((c.ratio.max - 1.32 * 110.0 / 105.0).abs() < 1e-12);
+        assert_eq!(Verdict::above(&c.ratio, 1.0), Verdict::Reproduced);
+        assert!(chunking_loss(&rows, 1024).is_none());
     }
 
     #[test]

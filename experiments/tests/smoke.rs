@@ -214,6 +214,62 @@ fn seeds_and_runs_shared_between_artifacts() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
+/// fig7 trains FLASH's ablations beside fig6's models; table5 reads the same runs from the store
+/// (training none) and adds the chunking-loss table with a verdict per context.
+#[test]
+fn fig7_and_table5_share_runs_and_table5_writes_the_chunking_loss() {
+    use experiments::lm_sweep;
+    let out = std::env::temp_dir().join(format!("fig7-smoke-{}", std::process::id()));
+    let corpus = out.join("corpus");
+    tiny_corpus(&corpus);
+    let data_dir = format!("data_dir=\"{}\"", corpus.display());
+    let store = out.join("store");
+    let run = |id: &'static str, config: &'static str| {
+        let store = store.display().to_string();
+        let args = ["--set", data_dir.as_str(), "--store", store.as_str()];
+        lm_sweep::run(cli(id, &out.join(id), &args), &|_| config)
+    };
+    run("fig7", include_str!("../configs/fig7/smoke.toml")).unwrap();
+    // 7 models × 2 contexts.
+    assert_eq!(store_runs(&store).len(), 7 * 2);
+    run("table5", include_str!("../configs/table5/smoke.toml")).unwrap();
+    assert_eq!(store_runs(&store).len(), 7 * 2, "table5 trains nothing new");
+    let table = std::fs::read_to_string(out.join("table5/table.md")).unwrap();
+    assert!(table.contains("perplexity lost by chunking"), "{table}");
+    for c in [16, 32] {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {c} | ")))
+            .unwrap_or_else(|| panic!("no chunking row at {c}: {table}"));
+        assert!(
+            ["reproduced", "refuted", "inconclusive"]
+                .iter()
+                .any(|v| row.ends_with(&format!("| {v} |"))),
+            "{row}"
+        );
+    }
+    // A chunking-loss table without one of its four models is refused up front.
+    let err = lm_sweep::run(
+        cli(
+            "table5",
+            &out.join("bad"),
+            &[
+                "--set",
+                data_dir.as_str(),
+                "--set",
+                r#"models=["flash", "flash_quad", "transformer_plusplus"]"#,
+            ],
+        ),
+        &|_| include_str!("../configs/table5/smoke.toml"),
+    )
+    .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("needs the model `mc_tfmpp`"),
+        "{err:#}"
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
 /// fig5 (masked LM) and table3 (Transformer+ baseline) at smoke scale: every file, one row per
 /// evaluation, the baseline's speedup to itself 1.00×, and a masked-LM perplexity that is finite.
 #[test]
