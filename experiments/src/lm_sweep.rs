@@ -185,6 +185,7 @@ fn paper_table(id: &str) -> String {
         "table3" => "FLASH Table 3 (causal LM on PG-19)".into(),
         "fig7" => "FLASH Figure 7 (ablations of mixed chunk attention)".into(),
         "table5" => "FLASH Table 5 (the perplexity lost by chunking)".into(),
+        "fig8" => "FLASH Figure 8 (chunk sizes)".into(),
         other => format!("`{other}`"),
     }
 }
@@ -354,6 +355,23 @@ fn run_model_config(
         model_config = apply_set(model_config, &v.set, &format!("variant `{}`", v.name))?;
     }
     Ok(model_config)
+}
+
+/// Each model of the sweep with its resolved model configuration at `context` (vocabulary as the
+/// preset's: what the claims read, chunk sizes and architectures, does not depend on it).
+pub fn resolved_models(
+    config: &LmSweepConfig,
+    context: usize,
+) -> Result<Vec<(String, ModelConfig)>> {
+    sweep_models(config)?
+        .iter()
+        .map(|m| {
+            let vocab = ModelConfig::preset(&config.preset, m.arch, context)
+                .map_err(|e| anyhow!(e))?
+                .vocab_size;
+            Ok((m.name.clone(), run_model_config(config, m, context, vocab)?))
+        })
+        .collect()
 }
 
 /// How every run of the sweep trains, with `seed`.

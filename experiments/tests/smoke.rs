@@ -270,6 +270,38 @@ fn fig7_and_table5_share_runs_and_table5_writes_the_chunking_loss() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
+/// fig8 trains FLASH at three chunk sizes; `claims` then computes F10 from the chunk sizes it
+/// resolves from the sweep's configuration (smallest against largest), per context.
+#[test]
+fn fig8_smoke_and_its_claim() {
+    use experiments::lm_sweep;
+    let root = std::env::temp_dir().join(format!("fig8-smoke-{}", std::process::id()));
+    let corpus = root.join("corpus");
+    tiny_corpus(&corpus);
+    let data_dir = format!("data_dir=\"{}\"", corpus.display());
+    let results = root.join("results");
+    lm_sweep::run(
+        cli("fig8", &results.join("fig8"), &["--set", data_dir.as_str()]),
+        &|_| include_str!("../configs/fig8/smoke.toml"),
+    )
+    .unwrap();
+    let csv = std::fs::read_to_string(results.join("fig8/metrics.csv")).unwrap();
+    // (flash + 2 chunk variants + Transformer++) × 2 contexts × 2 evaluations.
+    assert_eq!(csv.lines().count(), 1 + 4 * 2 * 2, "{csv}");
+    experiments::claims::write(&results).unwrap();
+    let claims = std::fs::read_to_string(results.join("claims.md")).unwrap();
+    let f10: Vec<&str> = claims
+        .lines()
+        .filter(|l| l.starts_with("| F10 |"))
+        .collect();
+    assert_eq!(f10.len(), 2, "one row per context: {claims}");
+    for row in f10 {
+        assert!(row.contains("with chunk 4 / with chunk 16"), "{row}");
+        assert!(!row.contains("no verdict"), "{row}");
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 /// fig5 (masked LM) and table3 (Transformer+ baseline) at smoke scale: every file, one row per
 /// evaluation, the baseline's speedup to itself 1.00×, and a masked-LM perplexity that is finite.
 #[test]
