@@ -19,12 +19,12 @@ use serde::de::DeserializeOwned;
 use training::{Backend, Provenance, write_json};
 
 /// The three scales every experiment has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Profile {
     /// Seconds; CI runs it.
     Smoke,
-    /// A real small-scale reproduction on a 2-core CPU (minutes to an hour).
+    /// A real small-scale reproduction on a 2-core CPU (the committed results).
     Cpu,
     /// The paper's hyper-parameters, for GPU machines and the real datasets.
     Paper,
@@ -54,7 +54,7 @@ impl FromStr for Profile {
     }
 }
 
-/// The command line every experiment accepts.
+/// The command line every experiment accepts (`<id> --help` prints it).
 #[derive(Clone, Debug)]
 pub struct Cli {
     /// Experiment id (the binary's name).
@@ -78,78 +78,126 @@ pub struct Cli {
     pub report_only: bool,
 }
 
-const USAGE: &str = "options: [--profile smoke|cpu|paper] [--device flex|wgpu|tch|cuda] [--devices N] \
-[--config FILE] [--set key=value]... [--out DIR] [--store DIR] [--report]";
+/// The options as clap parses them; [`Cli`] adds the defaults that depend on the experiment.
+#[derive(clap::Parser, Debug)]
+// A repeated option takes its last value (a `just` recipe's defaults before the user's), and
+// `--set` accumulates.
+#[command(disable_version_flag = true, args_override_self = true)]
+struct Args {
+    /// Scale: smoke (seconds; what CI runs), cpu (the committed small-scale reproduction on a
+    /// 2-core CPU), paper (the paper's settings, for GPUs and the real datasets).
+    #[arg(long, value_enum, default_value_t = Profile::Cpu)]
+    profile: Profile,
+    /// Backend: flex (burn's CPU backend with the fused kernels); wgpu, tch, cuda (the plain
+    /// reference kernels; each needs the binary built with its cargo feature).
+    #[arg(long = "device", value_name = "BACKEND", default_value = "flex", value_parser = parse_backend)]
+    device: Backend,
+    /// Train data-parallel on devices 0..N of the backend (the LM sweeps only).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = positive_count)]
+    devices: usize,
+    /// A TOML config replacing the profile's built-in one (experiments/configs/<id>/<profile>.toml).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Override a config field, in TOML syntax: `--set steps=100`, `--set 'contexts=[512, 1024]'`,
+    /// `--set pretrain.steps=5` (repeatable, applied in order; a misspelt field is refused).
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_set)]
+    sets: Vec<(String, String)>,
+    /// Output directory [default: results/<id> for the cpu profile, runs/<id>/<profile> otherwise].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// The run store the LM sweeps train into and reuse finished runs from [default: results/runs
+    /// for the cpu profile, runs/store/<profile> otherwise].
+    #[arg(long, value_name = "DIR")]
+    store: Option<PathBuf>,
+    /// Re-render the charts and tables from the CSVs already in the output directory; runs nothing.
+    #[arg(long)]
+    report: bool,
+}
+
+fn parse_backend(s: &str) -> Result<Backend> {
+    s.parse()
+}
+
+fn positive_count(s: &str) -> Result<usize> {
+    s.parse()
+        .ok()
+        .filter(|&n| n > 0)
+        .with_context(|| format!("expects a positive count, got `{s}`"))
+}
+
+fn parse_set(kv: &str) -> Result<(String, String)> {
+    let (k, v) = kv
+        .split_once('=')
+        .with_context(|| format!("expects key=value, got `{kv}`"))?;
+    Ok((k.trim().to_string(), v.trim().to_string()))
+}
+
+/// What each experiment reproduces, for its `--help`.
+fn about(id: &str) -> &'static str {
+    match id {
+        "table11" => "FLASH Table 11 / Fig. 5(a): seconds per training step against context length",
+        "fig5" => "FLASH Fig. 5 / Table 12: masked-LM perplexity against training cost",
+        "fig6" => "FLASH Fig. 6 / Table 13: causal-LM perplexity against training cost",
+        "table3" => "FLASH Table 3: causal LM on long books (PG-19), speedup to Transformer+",
+        "fig7" => "FLASH Fig. 7: FLASH against LocalOnly, GlobalOnly and MC-TFM++",
+        "table5" => "FLASH Table 5: the perplexity lost by chunking",
+        "fig8" => "FLASH Fig. 8: FLASH's chunk size against quality and cost",
+        "gqa_fig6" => "GQA Fig. 6: decoding time per sample against the number of K/V groups",
+        "gqa_table1" => {
+            "GQA Table 1 / Fig. 3: MHA, MQA and GQA uptrained, fine-tuned, scored and timed"
+        }
+        "gqa_fig4" => "GQA Fig. 4: converting to MQA by mean, first head or random",
+        "gqa_fig5" => "GQA Fig. 5: the uptraining proportion for MQA and GQA",
+        _ => "A paper artifact of this workspace",
+    }
+}
+
+/// The clap command of experiment `id`.
+fn command(id: &'static str) -> clap::Command {
+    <Args as clap::CommandFactory>::command()
+        .name(id)
+        .bin_name(id)
+        .about(about(id))
+        .after_help(format!(
+            "Configs: experiments/configs/{id}/{{smoke,cpu,paper}}.toml; `just repro {id} ...` runs this binary."
+        ))
+}
 
 impl Cli {
-    /// Parses `args` (without the program name) for experiment `id`.
-    pub fn parse(id: &'static str, args: impl IntoIterator<Item = String>) -> Result<Self> {
-        let mut profile = Profile::Cpu;
-        let mut backend = Backend::default();
-        let mut devices = 1;
-        let mut config = None;
-        let mut sets = Vec::new();
-        let mut out = None;
-        let mut store = None;
-        let mut report_only = false;
-        let mut args = args.into_iter();
-        while let Some(arg) = args.next() {
-            let (flag, inline) = match arg.split_once('=') {
-                Some((f, v)) if f.starts_with("--") && f != "--set" => {
-                    (f.to_string(), Some(v.to_string()))
-                }
-                _ => (arg.clone(), None),
-            };
-            let mut value = |name: &str| {
-                inline
-                    .clone()
-                    .or_else(|| args.next())
-                    .with_context(|| format!("{name} needs a value; {USAGE}"))
-            };
-            match flag.as_str() {
-                "--profile" => profile = value("--profile")?.parse()?,
-                "--device" => backend = value("--device")?.parse()?,
-                "--devices" => {
-                    let v = value("--devices")?;
-                    devices = v.parse().ok().filter(|&n| n > 0).with_context(|| {
-                        format!("--devices expects a positive count, got `{v}`")
-                    })?;
-                }
-                "--config" => config = Some(PathBuf::from(value("--config")?)),
-                "--out" => out = Some(PathBuf::from(value("--out")?)),
-                "--store" => store = Some(PathBuf::from(value("--store")?)),
-                "--set" => {
-                    let kv = value("--set")?;
-                    let (k, v) = kv
-                        .split_once('=')
-                        .with_context(|| format!("--set expects key=value, got `{kv}`"))?;
-                    sets.push((k.trim().to_string(), v.trim().to_string()));
-                }
-                "--report" => report_only = true,
-                "-h" | "--help" => bail!("usage: {id} {USAGE}"),
-                other => bail!("unknown option `{other}`; {USAGE}"),
-            }
-        }
+    /// Parses `args` (without the program name) for experiment `id`; usage errors and `--help`
+    /// come back as clap's error (its message, and `exit()` with status 2, or 0 for help).
+    pub fn try_parse(
+        id: &'static str,
+        args: impl IntoIterator<Item = String>,
+    ) -> std::result::Result<Self, clap::Error> {
+        let matches =
+            command(id).try_get_matches_from(std::iter::once(id.to_string()).chain(args))?;
+        let a = <Args as clap::FromArgMatches>::from_arg_matches(&matches)?;
         // Committed results come from the cpu scale; other scales write under runs/ (not committed).
-        let out = out.unwrap_or_else(|| match profile {
+        let out = a.out.unwrap_or_else(|| match a.profile {
             Profile::Cpu => PathBuf::from("results").join(id),
-            _ => PathBuf::from("runs").join(id).join(profile.name()),
+            _ => PathBuf::from("runs").join(id).join(a.profile.name()),
         });
-        let store = store.unwrap_or_else(|| match profile {
+        let store = a.store.unwrap_or_else(|| match a.profile {
             Profile::Cpu => PathBuf::from("results").join("runs"),
-            _ => PathBuf::from("runs").join("store").join(profile.name()),
+            _ => PathBuf::from("runs").join("store").join(a.profile.name()),
         });
         Ok(Self {
             id,
-            profile,
-            backend,
-            devices,
-            config,
-            sets,
+            profile: a.profile,
+            backend: a.device,
+            devices: a.devices,
+            config: a.config,
+            sets: a.sets,
             out,
             store,
-            report_only,
+            report_only: a.report,
         })
+    }
+
+    /// [`Cli::try_parse`] with the error as text.
+    pub fn parse(id: &'static str, args: impl IntoIterator<Item = String>) -> Result<Self> {
+        Self::try_parse(id, args).map_err(|e| anyhow::anyhow!("{}", e.render()))
     }
 
     /// Loads the experiment config: `--config FILE` or the profile's built-in file, then the
@@ -252,8 +300,9 @@ fn parse_value(raw: &str) -> toml::Value {
 /// stderr and exit status 1.
 pub fn main_with(id: &'static str, body: impl FnOnce(Cli) -> Result<()>) {
     model::runtime::configure();
-    let result = Cli::parse(id, std::env::args().skip(1)).and_then(body);
-    if let Err(e) = result {
+    // `--help` prints and exits 0; a usage error prints clap's message and exits 2.
+    let cli = Cli::try_parse(id, std::env::args().skip(1)).unwrap_or_else(|e| e.exit());
+    if let Err(e) = body(cli) {
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
         eprintln!("error: {}", chain.join(": "));
         std::process::exit(1);
@@ -371,17 +420,45 @@ mod tests {
             vec![("contexts".to_string(), "[16, 32]".to_string())]
         );
         assert_eq!(parse(&[]).unwrap().out, PathBuf::from("results/table11"));
+        // Repeated: the last value wins; --set accumulates.
+        let twice = parse(&["--out", "a", "--out", "b", "--set", "x=1", "--set", "y=2"]).unwrap();
+        assert_eq!(twice.out, PathBuf::from("b"));
+        assert_eq!(twice.sets.len(), 2);
     }
 
     #[test]
     fn rejects_bad_input_with_a_message() {
         let e = |args: &[&str]| parse(args).unwrap_err().to_string();
-        assert!(e(&["--profile", "huge"]).contains("unknown profile `huge`"));
+        let huge = e(&["--profile", "huge"]);
+        assert!(
+            huge.contains("'huge'") && huge.contains("smoke, cpu, paper"),
+            "{huge}"
+        );
         assert!(e(&["--device", "tpu"]).contains("unknown device `tpu`"));
-        assert!(e(&["--frobnicate"]).contains("unknown option `--frobnicate`"));
+        assert!(e(&["--frobnicate"]).contains("'--frobnicate'"));
+        // A mistyped option suggests the right one.
+        assert!(e(&["--profil", "cpu"]).contains("--profile"));
         assert!(e(&["--set", "novalue"]).contains("key=value"));
         assert!(e(&["--devices", "0"]).contains("positive count"));
         assert!(e(&["--devices", "two"]).contains("positive count"));
+        // --help is not a failure: clap's kind says so (main exits 0 with it), and it describes
+        // every option.
+        let help = Cli::try_parse("fig6", ["--help".to_string()]).unwrap_err();
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        let text = help.render().to_string();
+        for option in [
+            "--profile",
+            "--device",
+            "--devices",
+            "--config",
+            "--set",
+            "--out",
+            "--store",
+            "--report",
+        ] {
+            assert!(text.contains(option), "{option} missing from:\n{text}");
+        }
+        assert!(text.contains("causal-LM perplexity"), "{text}");
         let two = parse(&["--devices", "2"]).unwrap();
         assert_eq!(two.devices, 2);
         let err = two.one_device().unwrap_err().to_string();

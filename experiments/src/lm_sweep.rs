@@ -485,10 +485,10 @@ fn calibrate_step_times(
             }
         }
         for (name, ..) in &cells {
-            let secs = StepCost::Timed(&times).seconds(name, context);
+            let mut secs = StepCost::Timed(&times).seconds(name, context);
             eprintln!(
                 "  {name:<24} {:.3} s/step (median of {})",
-                crate::verdict::median_of(&secs),
+                crate::median(&mut secs),
                 secs.len()
             );
         }

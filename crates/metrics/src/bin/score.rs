@@ -6,75 +6,70 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
+use clap::Parser;
 use metrics::bleu::{self, BleuTokenizer};
 use metrics::jsonl::{self, BleuLine, RougeLine, TriviaQaLine};
 use metrics::rouge::{self, RougeOptions, SummaryPrep};
 use metrics::triviaqa;
 
-const USAGE: &str = "usage: score rouge|bleu|triviaqa --input FILE.jsonl [--stem] \
-[--summary-prep t5|none] [--tokenize 13a|intl|none]";
-
-/// The parsed command line.
+/// Score predictions as the GQA paper does; prints one JSON object of corpus scores (×100).
+#[derive(Parser)]
+#[command(name = "score", disable_version_flag = true)]
 struct Args {
-    metric: String,
+    /// rouge (`{"target", "prediction"}` lines), bleu (`{"hypothesis", "references": [..]}`) or
+    /// triviaqa (`{"prediction", "answers": [..]}`).
+    #[arg(value_enum)]
+    metric: Metric,
+    /// The predictions, one JSON object per line.
+    #[arg(long, value_name = "FILE.jsonl")]
     input: PathBuf,
+    /// ROUGE: Porter-stem tokens (rouge_score's `use_stemmer`).
+    #[arg(long)]
     stem: bool,
-    prep: SummaryPrep,
+    /// ROUGE: how summaries are split into sentences for ROUGE-Lsum (t5: T5's evaluation; none).
+    #[arg(long, value_name = "PREP", default_value = "t5", value_parser = parse_prep)]
+    summary_prep: SummaryPrep,
+    /// BLEU: sacrebleu's tokenizer (13a, intl, none).
+    #[arg(long, value_name = "TOKENIZER", default_value = "13a", value_parser = parse_tokenize)]
     tokenize: BleuTokenizer,
 }
 
-fn parse(mut args: impl Iterator<Item = String>) -> Result<Args> {
-    let metric = args.next().with_context(|| USAGE.to_string())?;
-    let mut input = None;
-    let mut stem = false;
-    let mut prep = SummaryPrep::default();
-    let mut tokenize = BleuTokenizer::default();
-    while let Some(arg) = args.next() {
-        let mut value = |name: &str| {
-            args.next()
-                .with_context(|| format!("{name} needs a value; {USAGE}"))
-        };
-        match arg.as_str() {
-            "--input" => input = Some(PathBuf::from(value("--input")?)),
-            "--stem" => stem = true,
-            "--summary-prep" => {
-                prep = match value("--summary-prep")?.as_str() {
-                    "t5" => SummaryPrep::T5,
-                    "none" => SummaryPrep::None,
-                    other => bail!("unknown --summary-prep `{other}`: choose t5 or none"),
-                }
-            }
-            "--tokenize" => tokenize = value("--tokenize")?.parse()?,
-            "-h" | "--help" => bail!("{USAGE}"),
-            other => bail!("unknown option `{other}`; {USAGE}"),
-        }
+/// The metric to compute.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Metric {
+    Rouge,
+    Bleu,
+    Triviaqa,
+}
+
+fn parse_prep(s: &str) -> Result<SummaryPrep> {
+    match s {
+        "t5" => Ok(SummaryPrep::T5),
+        "none" => Ok(SummaryPrep::None),
+        other => bail!("unknown summary prep `{other}`: choose t5 or none"),
     }
-    let input = input.with_context(|| format!("--input FILE.jsonl is required; {USAGE}"))?;
-    Ok(Args {
-        metric,
-        input,
-        stem,
-        prep,
-        tokenize,
-    })
+}
+
+fn parse_tokenize(s: &str) -> Result<BleuTokenizer> {
+    s.parse()
 }
 
 fn run(args: Args) -> Result<serde_json::Value> {
-    Ok(match args.metric.as_str() {
-        "rouge" => {
+    Ok(match args.metric {
+        Metric::Rouge => {
             let rows: Vec<RougeLine> =
                 jsonl::read(&args.input, r#"{"target": "..", "prediction": ".."}"#)?;
             let options = RougeOptions {
                 stem: args.stem,
-                prep: args.prep,
+                prep: args.summary_prep,
             };
             let pairs = rows
                 .iter()
                 .map(|r| (r.target.as_str(), r.prediction.as_str()));
             serde_json::to_value(rouge::corpus(pairs, options))?
         }
-        "bleu" => {
+        Metric::Bleu => {
             let rows: Vec<BleuLine> =
                 jsonl::read(&args.input, r#"{"hypothesis": "..", "references": [".."]}"#)?;
             if let Some(i) = rows.iter().position(|r| r.references.is_empty()) {
@@ -88,7 +83,7 @@ fn run(args: Args) -> Result<serde_json::Value> {
             });
             serde_json::to_value(bleu::corpus(segments, args.tokenize))?
         }
-        "triviaqa" => {
+        Metric::Triviaqa => {
             let rows: Vec<TriviaQaLine> =
                 jsonl::read(&args.input, r#"{"prediction": "..", "answers": [".."]}"#)?;
             let questions = rows.iter().map(|r| {
@@ -99,17 +94,17 @@ fn run(args: Args) -> Result<serde_json::Value> {
             });
             serde_json::to_value(triviaqa::corpus(questions))?
         }
-        other => bail!("unknown metric `{other}`: choose rouge, bleu or triviaqa"),
     })
 }
 
 fn main() {
-    match parse(std::env::args().skip(1)).and_then(run) {
+    // `--help` exits 0, a usage error 2 (clap); unreadable or malformed input 1.
+    match run(Args::parse()) {
         Ok(scores) => println!("{scores}"),
         Err(e) => {
             let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
             eprintln!("error: {}", chain.join(": "));
-            std::process::exit(2);
+            std::process::exit(1);
         }
     }
 }
