@@ -3,6 +3,7 @@
 //! provenance. Each binary is a thin `main` over one module here.
 
 pub mod claims;
+pub mod configs;
 pub mod gqa_decode;
 pub mod gqa_pipeline;
 pub mod latency;
@@ -200,8 +201,9 @@ impl Cli {
         Self::try_parse(id, args).map_err(|e| anyhow::anyhow!("{}", e.render()))
     }
 
-    /// Loads the experiment config: `--config FILE` or the profile's built-in file, then the
-    /// `--set` overrides. Unknown keys and wrong types are errors naming the key.
+    /// Loads the experiment config: `--config FILE` or the profile's built-in file, its `extends`
+    /// chain resolved ([`configs::resolve`]), then the `--set` overrides. Unknown keys and wrong types
+    /// are errors naming the key.
     pub fn load_config<C: DeserializeOwned>(
         &self,
         builtin: &dyn Fn(Profile) -> &'static str,
@@ -222,9 +224,10 @@ impl Cli {
                 ),
             ),
         };
-        let mut table: toml::Table = text
+        let table: toml::Table = text
             .parse()
             .with_context(|| format!("config {source} is not valid TOML"))?;
+        let mut table = configs::resolve(table, self.profile, &source)?;
         for (key, raw) in &self.sets {
             set_field(&mut table, key, parse_value(raw))
                 .with_context(|| format!("--set {key}: no such field in {source}"))?;

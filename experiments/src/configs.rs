@@ -1,0 +1,152 @@
+//! The experiments' built-in configs (`experiments/configs/<id>/<profile>.toml`, compiled in), and
+//! layering: a config may start from another experiment's config of the same profile,
+//!
+//! ```toml
+//! extends = "fig6"          # fig6's config of this profile, then the fields below over it
+//! objective = "masked"
+//! set = { chunk_size = 512 } # tables merge field by field (fig6's d_model etc. kept)
+//! ```
+//!
+//! as t5x layers size → run type → experiment, so that an experiment's file holds only what makes
+//! it differ. The resolved configuration is what each experiment saves in its `config.json`.
+
+use anyhow::{Context, Result, bail};
+
+use crate::Profile;
+
+macro_rules! builtin_configs {
+    ($($id:literal),* $(,)?) => {
+        /// The built-in config of experiment `id` at `profile`, if there is one.
+        pub fn builtin(id: &str, profile: Profile) -> Option<&'static str> {
+            match (id, profile) {
+                $(
+                    ($id, Profile::Smoke) => Some(include_str!(concat!("../configs/", $id, "/smoke.toml"))),
+                    ($id, Profile::Cpu) => Some(include_str!(concat!("../configs/", $id, "/cpu.toml"))),
+                    ($id, Profile::Paper) => Some(include_str!(concat!("../configs/", $id, "/paper.toml"))),
+                )*
+                _ => None,
+            }
+        }
+
+        /// Every experiment id with built-in configs.
+        pub const IDS: &[&str] = &[$($id),*];
+    };
+}
+
+builtin_configs!(
+    "table11",
+    "fig5",
+    "fig6",
+    "table3",
+    "fig7",
+    "table5",
+    "fig8",
+    "gqa_fig6",
+    "gqa_table1",
+    "gqa_fig4",
+    "gqa_fig5",
+);
+
+/// How many `extends` links a config may chain (a cycle is an error, not a hang).
+const MAX_DEPTH: usize = 8;
+
+/// `table` with its `extends` chain resolved: the base's fields, then `table`'s over them (tables
+/// merged field by field, any other value replaced). `source` names the file in errors.
+pub fn resolve(table: toml::Table, profile: Profile, source: &str) -> Result<toml::Table> {
+    let mut layers = vec![table];
+    let mut chain = vec![source.to_string()];
+    loop {
+        let top = layers.last_mut().expect("one layer at least");
+        let Some(base) = top.remove("extends") else {
+            break;
+        };
+        let Some(id) = base.as_str().map(str::to_string) else {
+            bail!(
+                "{}: `extends` must be an experiment id, e.g. extends = \"fig6\"",
+                chain[chain.len() - 1]
+            );
+        };
+        if chain.len() > MAX_DEPTH || chain.contains(&id) {
+            bail!(
+                "`extends` chain {} → {id} loops or is too long",
+                chain.join(" → ")
+            );
+        }
+        let text = builtin(&id, profile).with_context(|| {
+            format!(
+                "{}: extends `{id}`, which has no built-in config; known: {}",
+                chain[chain.len() - 1],
+                IDS.join(", ")
+            )
+        })?;
+        let base: toml::Table = text
+            .parse()
+            .with_context(|| format!("config of `{id}` is not valid TOML"))?;
+        layers.push(base);
+        chain.push(id);
+    }
+    let mut resolved = layers.pop().expect("one layer at least");
+    while let Some(over) = layers.pop() {
+        merge(&mut resolved, over);
+    }
+    Ok(resolved)
+}
+
+/// `over`'s fields into `base`: a table into a table field by field, anything else replaced.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> toml::Table {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn every_builtin_config_parses_and_resolves() {
+        for id in IDS {
+            for profile in Profile::ALL {
+                let text = builtin(id, profile).unwrap();
+                resolve(table(text), profile, id).unwrap_or_else(|e| panic!("{id}: {e:#}"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_delta_overrides_its_base_and_merges_tables() {
+        let over = table(
+            "extends = \"fig6\"\nobjective = \"masked\"\nset = { chunk_size = 512 }\ncontexts = [1024]\n",
+        );
+        let resolved = resolve(over, Profile::Cpu, "test").unwrap();
+        let fig6 = table(builtin("fig6", Profile::Cpu).unwrap());
+        assert_eq!(resolved["objective"].as_str(), Some("masked"));
+        assert_eq!(resolved["contexts"], toml::Value::Array(vec![1024.into()]));
+        // fig6's model fields kept beside the new one; fields not named kept as fig6's.
+        let set = resolved["set"].as_table().unwrap();
+        assert_eq!(set["chunk_size"].as_integer(), Some(512));
+        assert_eq!(set["d_model"], fig6["set"]["d_model"]);
+        assert_eq!(resolved["steps"], fig6["steps"]);
+        assert!(!resolved.contains_key("extends"));
+    }
+
+    #[test]
+    fn unknown_bases_and_loops_are_refused() {
+        let err = resolve(table("extends = \"fig99\""), Profile::Cpu, "mine.toml").unwrap_err();
+        assert!(format!("{err:#}").contains("known: table11"), "{err:#}");
+        let err = resolve(table("extends = 6"), Profile::Cpu, "mine.toml").unwrap_err();
+        assert!(format!("{err:#}").contains("experiment id"), "{err:#}");
+        // fig7 is not allowed to extend itself through its own id.
+        let err = resolve(table("extends = \"fig7\""), Profile::Cpu, "fig7").unwrap_err();
+        assert!(format!("{err:#}").contains("loops"), "{err:#}");
+    }
+}
