@@ -547,6 +547,21 @@ fn sweep_models(config: &LmSweepConfig) -> Result<Vec<SweepModel<'_>>> {
     let Some(&first) = config.seeds.first() else {
         bail!("`seeds` is empty; give at least one seed, e.g. seeds = [0]");
     };
+    // Checked before anything is written or trained (the trainer would refuse them at the first run).
+    for (name, value) in [
+        ("steps", config.steps),
+        ("eval_every", config.eval_every),
+        ("grad_accum", config.grad_accum),
+        ("tokens_per_batch", config.tokens_per_batch),
+        ("eval_tokens", config.eval_tokens),
+    ] {
+        if value == 0 {
+            bail!("`{name}` must be positive (got 0)");
+        }
+    }
+    if config.contexts.is_empty() {
+        bail!("`contexts` is empty; give at least one context, e.g. contexts = [512]");
+    }
     let parse = |m: &String| -> Result<Architecture> { m.parse().map_err(|e: String| anyhow!(e)) };
     let mut models = Vec::new();
     for (names, seeds) in [

@@ -85,6 +85,13 @@ fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
             include_str!("../configs/fig6/smoke.toml")
         })
     };
+    // A bad value is refused before anything is written (no output directory, no store entry).
+    let err = run(&["--set", "steps=0"]).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("`steps` must be positive"),
+        "{err:#}"
+    );
+    assert!(!out.join("config.json").exists() && !out.join("store").exists());
     run(&[]).unwrap();
     let csv = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
     // 6 models × 2 contexts × 2 evaluations.
