@@ -141,7 +141,7 @@ fn speedup_claims(
         }
     };
     let cost = times.as_deref().map_or(StepCost::RunHours, StepCost::Timed);
-    summaries(&rows, &config, cost)
+    let rows: Vec<Claim> = summaries(&rows, &config, cost)
         .into_iter()
         .filter(|s| s.model == model)
         .map(|s| Claim {
@@ -160,7 +160,19 @@ fn speedup_claims(
             paper,
             verdict: Some(Verdict::above(&s.speedup, 1.0)),
         })
-        .collect()
+        .collect();
+    if rows.is_empty() {
+        // The sweep ran without this model (a partial or reduced run): say so, not nothing.
+        return vec![Claim {
+            id: claim_id,
+            claim: claim(&config.baseline, None),
+            source,
+            ours: format!("no {name} runs in {id}'s results; run `just repro {id} --profile cpu`"),
+            paper,
+            verdict: None,
+        }];
+    }
+    rows
 }
 
 /// F3 from `fig6`, per context: Performer's step time against the slowest other model's. From the
