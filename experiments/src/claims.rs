@@ -16,6 +16,9 @@
 //!   perplexity over FLASH's, above 1 over every seed pair, per context.
 //! - **F6** chunking costs the GAU less than the Transformer (`table5`): (MC-TFM++ / Transformer++)
 //!   / (FLASH / FLASH-Quad) in final perplexity, above 1 over every combination of seeds.
+//! - **F8** each layer's default is locally optimal (`table1` for the GAU, `table2` for
+//!   Transformer++): per context, no ablation's final perplexity is clearly below the default's
+//!   (its range over seed pairs below 1).
 //! - **F10** larger chunks are better at longer contexts (`fig8`): per context, the final perplexity
 //!   of FLASH with the smallest chunk over that with the largest, above 1 over every seed pair.
 //!
@@ -361,6 +364,53 @@ fn chunking_claims(results: &Path) -> Vec<Claim> {
         .collect()
 }
 
+/// F8 from `table1` (GAU) and `table2` (Transformer++): the default layer against its ablations.
+fn layer_ablation_claims(results: &Path) -> Vec<Claim> {
+    let paper = "every change to the default GAU (Table 1) or Transformer++ (Table 2) hurts";
+    let mut claims = Vec::new();
+    for (id, layer) in [("table1", "GAU"), ("table2", "Transformer++")] {
+        let claim =
+            format!("The default {layer} is the best of its ablations or within seed spread");
+        let dir = results.join(id);
+        let loaded = read_rows(&dir).and_then(|rows| Ok((rows, saved_config(&dir)?)));
+        let (rows, config) = match loaded {
+            Ok(x) => x,
+            Err(e) => {
+                claims.push(missing("F8", &claim, id, paper, e));
+                continue;
+            }
+        };
+        let contexts: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.context).collect();
+        for c in contexts {
+            let table = crate::verdict::ablation_rows(&rows, &config.baseline, c);
+            let Some(verdict) = crate::verdict::default_is_best(&table) else {
+                continue;
+            };
+            let count = |v| table.iter().filter(|r| r.verdict() == v).count();
+            let best = table
+                .iter()
+                .min_by(|a, b| a.ratio.mean.total_cmp(&b.ratio.mean))
+                .map(|r| format!("; best ablation {} at {}×", r.model, r.ratio.show(3)))
+                .unwrap_or_default();
+            claims.push(Claim {
+                id: "F8",
+                claim: format!("{claim} (causal LM, context {c})"),
+                source: format!("[{id}]({id}/table.md)"),
+                ours: format!(
+                    "of {} ablations: default clearly better than {}, within spread of {}, clearly worse than {}{best}",
+                    table.len(),
+                    count(Verdict::Reproduced),
+                    count(Verdict::Inconclusive),
+                    count(Verdict::Refuted),
+                ),
+                paper,
+                verdict: Some(verdict),
+            });
+        }
+    }
+    claims
+}
+
 /// F10 from `fig8`: FLASH's final perplexity with the smallest chunk over the largest, per context.
 fn chunk_size_claims(results: &Path) -> Vec<Claim> {
     let paper = "larger chunks give better quality at longer contexts (Figure 8)";
@@ -437,6 +487,7 @@ pub fn write(results: &Path) -> Result<()> {
     claims.extend(speedup_claims(results, "table3", "F4", "flash", f4_pg19));
     claims.extend(ablation_claims(results));
     claims.extend(chunking_claims(results));
+    claims.extend(layer_ablation_claims(results));
     claims.extend(chunk_size_claims(results));
     let mut md = String::from(
         "# The FLASH paper's claims, decided by the committed results\n\n\

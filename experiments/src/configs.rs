@@ -41,6 +41,8 @@ builtin_configs!(
     "fig7",
     "table5",
     "fig8",
+    "table1",
+    "table2",
     "gqa_fig6",
     "gqa_table1",
     "gqa_fig4",

@@ -143,6 +143,8 @@ fn about(id: &str) -> &'static str {
         "fig7" => "FLASH Fig. 7: FLASH against LocalOnly, GlobalOnly and MC-TFM++",
         "table5" => "FLASH Table 5: the perplexity lost by chunking",
         "fig8" => "FLASH Fig. 8: FLASH's chunk size against quality and cost",
+        "table1" => "FLASH Table 1: the GAU's ablations (scoring, heads, gate, s, e, bias, RoPE)",
+        "table2" => "FLASH Table 2: Transformer++'s ablations (relu², heads, GLU vs MLP)",
         "gqa_fig6" => "GQA Fig. 6: decoding time per sample against the number of K/V groups",
         "gqa_table1" => {
             "GQA Table 1 / Fig. 3: MHA, MQA and GQA uptrained, fine-tuned, scored and timed"
@@ -310,6 +312,16 @@ pub fn main_with(id: &'static str, body: impl FnOnce(Cli) -> Result<()>) {
         eprintln!("error: {}", chain.join(": "));
         std::process::exit(1);
     }
+}
+
+/// The `main` of an LM-sweep experiment (`fig5`, `fig6`, `table3`, ...): [`lm_sweep::run`] with
+/// the experiment's built-in configs ([`configs::builtin`]).
+pub fn lm_sweep_main(id: &'static str) {
+    main_with(id, |cli| {
+        lm_sweep::run(cli, &|profile| {
+            configs::builtin(id, profile).expect("every LM sweep has built-in configs")
+        })
+    });
 }
 
 /// The median of `xs` (sorted in place); the mean of the middle two for an even count.

@@ -55,6 +55,10 @@ pub enum SweepTable {
     /// Transformer++ → MC-TFM++ (and the relu² Transformer++ control when trained), with the
     /// verdict on "the GAU loses less".
     ChunkingLoss,
+    /// Also a layer-ablation table (Tables 1 and 2): per context, every model's final perplexity
+    /// over the baseline's (the default layer), with the verdict on "the default is the best or
+    /// within its seed spread" (F8).
+    Ablation,
 }
 
 /// One sweep, one file per scale under `experiments/configs/<id>/`.
@@ -186,6 +190,8 @@ fn paper_table(id: &str) -> String {
         "fig7" => "FLASH Figure 7 (ablations of mixed chunk attention)".into(),
         "table5" => "FLASH Table 5 (the perplexity lost by chunking)".into(),
         "fig8" => "FLASH Figure 8 (chunk sizes)".into(),
+        "table1" => "FLASH Table 1 (GAU ablations)".into(),
+        "table2" => "FLASH Table 2 (Transformer++ ablations)".into(),
         other => format!("`{other}`"),
     }
 }
@@ -226,6 +232,12 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         },
     )?;
     let tok_description = tok.description.clone();
+    // Every run's model configuration resolves and is consistent before anything is written.
+    for &context in &config.contexts {
+        for m in &models {
+            run_model_config(&config, m, context, tok.vocab_size())?;
+        }
+    }
     std::fs::create_dir_all(&cli.out)
         .with_context(|| format!("cannot create {}", cli.out.display()))?;
     let provenance = cli.save_provenance(&config)?;
@@ -256,7 +268,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                     .map(|t| t.remove("checkpoint_every"));
                 let mut identity = serde_json::json!({
                     "objective": config.objective, "dataset": spec.name, "data_dir": config.data_dir,
-                    "tokenizer": tok_description, "model": model_config, "context": context,
+                    "tokenizer": tok_description, "model": model_identity(&model_config)?, "context": context,
                     "batch": batch, "train": train_json, "eval_windows": eval_windows,
                 });
                 // Named only when more than one: a run resumes only on the device count it
@@ -351,10 +363,31 @@ fn run_model_config(
         .map_err(|e| anyhow!(e))?
         .with_vocab_size(vocab);
     let mut model_config = apply_set(base, &config.set, "the sweep's `set`")?;
+    let mut what = "the sweep's `set`".to_string();
     if let Some(v) = m.variant {
-        model_config = apply_set(model_config, &v.set, &format!("variant `{}`", v.name))?;
+        what = format!("variant `{}`", v.name);
+        model_config = apply_set(model_config, &v.set, &what)?;
     }
+    model_config
+        .check()
+        .map_err(|e| anyhow!("{what} of `{}`: {e}", m.name))?;
     Ok(model_config)
+}
+
+/// A model configuration as a run's identity names it: the fields of
+/// [`ModelConfig::ABLATION_FIELDS`] are left out at their defaults, so that the runs trained
+/// before those fields existed keep their names in the store.
+pub fn model_identity(model: &ModelConfig) -> Result<serde_json::Value> {
+    let mut json = serde_json::to_value(model)?;
+    let defaults = serde_json::to_value(ModelConfig::new(model.arch))?;
+    if let Some(fields) = json.as_object_mut() {
+        for key in ModelConfig::ABLATION_FIELDS {
+            if fields.get(key) == defaults.get(key) {
+                fields.remove(key);
+            }
+        }
+    }
+    Ok(json)
 }
 
 /// Each model of the sweep with its resolved model configuration at `context` (vocabulary as the
@@ -414,7 +447,7 @@ fn calibrate_step_times(
         let (batch, device_batch) = split_batch(config.tokens_per_batch, context, devices.len())?;
         let model = run_model_config(config, m, context, data.tok.vocab_size())?;
         Ok(run_store::run_hash(&serde_json::json!({
-            "model": model, "objective": config.objective, "context": context, "batch": batch,
+            "model": model_identity(&model)?, "objective": config.objective, "context": context, "batch": batch,
             "device_batch": device_batch, "devices": devices.len(), "optimizer": config.optimizer,
             "grad_accum": config.grad_accum, "clip_norm": config.clip_norm,
         })))
@@ -817,8 +850,10 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
             s.reached.1,
         );
     }
-    if config.table == SweepTable::ChunkingLoss {
-        body += &chunking_table(&rows, &all);
+    match config.table {
+        SweepTable::Speedup => {}
+        SweepTable::ChunkingLoss => body += &chunking_table(&rows, &all),
+        SweepTable::Ablation => body += &ablation_table(&rows, &config),
     }
     md += &body;
     let objective = match config.objective {
@@ -862,6 +897,77 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
     Ok(())
 }
 
+/// The model-config fields a model of the sweep changes from its architecture's preset (the
+/// variant's `set`), as `field = value` text; the architecture's name for a plain model whose name
+/// differs from the baseline's architecture.
+fn what_changes(config: &LmSweepConfig, model: &str) -> String {
+    match config.variants.iter().find(|v| v.name == model) {
+        Some(v) if v.set.is_empty() => format!("`{}`", v.model),
+        Some(v) => {
+            let fields: Vec<String> = v.set.iter().map(|(k, x)| format!("{k} = {x}")).collect();
+            let base = if v.model == config.baseline {
+                String::new()
+            } else {
+                format!("`{}`, ", v.model)
+            };
+            format!("{base}{}", fields.join(", "))
+        }
+        None => format!("`{model}`"),
+    }
+}
+
+/// The layer-ablation section of `table.md` (FLASH Tables 1 and 2): per context, every model
+/// against the baseline (the default layer), and the verdict on F8.
+fn ablation_table(rows: &[SweepRow], config: &LmSweepConfig) -> String {
+    let baseline = &config.baseline;
+    let contexts: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.context).collect();
+    let mut md = format!(
+        "\n## Layer ablations\n\n\
+         Each model changes one component of the default layer `{baseline}`. Final perplexity / {baseline}'s: the ratio of\n\
+         the seed means, the range over every seed pair. Per row: `default better` when the whole range is above 1,\n\
+         `ablation better` when it is below 1, else `within spread`. The claim (F8): the default is the best or within\n\
+         the seed spread of the best, i.e. no row is `ablation better`.\n\n\
+         | context | model | what changes | seeds | final ppl | / {baseline} | row |\n\
+         |---|---|---|---|---|---|---|\n"
+    );
+    for c in contexts {
+        let table = crate::verdict::ablation_rows(rows, baseline, c);
+        let base = crate::verdict::final_ppls(rows, baseline, c);
+        md += &format!(
+            "| {c} | **{baseline}** | (the default) | {} | {} | 1 | — |\n",
+            base.len(),
+            crate::verdict::Spread::of(&base).show(2)
+        );
+        for r in &table {
+            let ppl = crate::verdict::final_ppls(rows, &r.model, c);
+            md += &format!(
+                "| {c} | {} | {} | {} | {} | {}× | {} |\n",
+                r.model,
+                what_changes(config, &r.model),
+                r.seeds.0,
+                crate::verdict::Spread::of(&ppl).show(2),
+                r.ratio.show(3),
+                match r.verdict() {
+                    Verdict::Reproduced => "default better",
+                    Verdict::Refuted => "ablation better",
+                    Verdict::Inconclusive => "within spread",
+                }
+            );
+        }
+        if let Some(v) = crate::verdict::default_is_best(&table) {
+            let clear = table
+                .iter()
+                .filter(|r| r.verdict() == Verdict::Reproduced)
+                .count();
+            md += &format!(
+                "\nContext {c}: F8 {v}: the default is clearly better than {clear} of the {} ablations.\n\n",
+                table.len()
+            );
+        }
+    }
+    md
+}
+
 /// The chunking-loss section of `table.md` (FLASH Table 5), one row per context.
 fn chunking_table(rows: &[SweepRow], all: &[Summary]) -> String {
     let contexts: std::collections::BTreeSet<usize> = all.iter().map(|s| s.context).collect();
@@ -893,7 +999,46 @@ fn chunking_table(rows: &[SweepRow], all: &[Summary]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::split_batch;
+    use super::{model_identity, split_batch};
+    use model::ModelConfig;
+
+    /// Every run committed in `results/runs` keeps its name: its model configuration, read back
+    /// (fields it predates take their defaults) and named as HEAD names it, is the one it was
+    /// trained under, and the directory's hash is that identity's.
+    #[test]
+    fn committed_runs_keep_their_names() {
+        let store = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/runs");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&store).expect("results/runs") {
+            let dir = entry.unwrap().path();
+            let Ok(text) = std::fs::read_to_string(dir.join("run_config.json")) else {
+                continue;
+            };
+            let mut identity: serde_json::Value = serde_json::from_str(&text).unwrap();
+            // Fields the run predates at their defaults, then the run's own.
+            let arch = serde_json::from_value(identity["model"]["arch"].clone()).unwrap();
+            let mut model = serde_json::to_value(ModelConfig::new(arch)).unwrap();
+            for (key, value) in identity["model"].as_object().unwrap() {
+                model[key] = value.clone();
+            }
+            let model: ModelConfig = serde_json::from_value(model).unwrap();
+            identity["model"] = model_identity(&model).unwrap();
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(
+                name.ends_with(&crate::run_store::run_hash(&identity)),
+                "{name}: HEAD names this run's configuration differently"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 50, "only {checked} runs in results/runs");
+        // An ablation field away from its default is part of the name.
+        let base = ModelConfig::tiny(model::Architecture::FlashQuad);
+        let ablated = base.clone().with_gau_heads(2);
+        assert_ne!(
+            model_identity(&base).unwrap(),
+            model_identity(&ablated).unwrap()
+        );
+    }
 
     #[test]
     fn batch_splits_evenly_over_devices_or_is_refused() {

@@ -416,6 +416,65 @@ pub fn chunking_loss(rows: &[SweepRow], context: usize) -> Option<ChunkingLoss> 
     })
 }
 
+/// One row of a layer-ablation table (FLASH Tables 1 and 2): a model changed in one component,
+/// against the default layer.
+#[derive(Clone, Debug)]
+pub struct AblationRow {
+    pub model: String,
+    pub context: usize,
+    /// Its final perplexity over the default's: ratio of the seed means, range over seed pairs.
+    pub ratio: Spread,
+    /// Its own seeds and the default's.
+    pub seeds: (usize, usize),
+}
+
+impl AblationRow {
+    /// How the row compares with the default: `Reproduced` when the default is clearly better
+    /// (the whole ratio range above 1), `Refuted` when the ablation is clearly better, else
+    /// `Inconclusive` (within the seed spread).
+    pub fn verdict(&self) -> Verdict {
+        Verdict::above(&self.ratio, 1.0)
+    }
+}
+
+/// Every model of `rows` but `default` at `context`, against `default` (first-appearance order).
+pub fn ablation_rows(rows: &[SweepRow], default: &str, context: usize) -> Vec<AblationRow> {
+    let mut models: Vec<&str> = Vec::new();
+    for r in rows.iter().filter(|r| r.context == context) {
+        if r.model != default && !models.contains(&r.model.as_str()) {
+            models.push(&r.model);
+        }
+    }
+    models
+        .into_iter()
+        .filter_map(|m| {
+            Some(AblationRow {
+                model: m.to_string(),
+                context,
+                ratio: ppl_ratio(rows, m, default, context)?,
+                seeds: (
+                    final_ppls(rows, m, context).len(),
+                    final_ppls(rows, default, context).len(),
+                ),
+            })
+        })
+        .collect()
+}
+
+/// Claim F8 over the rows of one table and context: the default layer is the best or within the
+/// seed spread of the best. Refuted when some ablation is clearly better (its whole ratio range
+/// below 1), else reproduced; none without rows.
+pub fn default_is_best(rows: &[AblationRow]) -> Option<Verdict> {
+    if rows.is_empty() {
+        return None;
+    }
+    Some(if rows.iter().any(|r| r.verdict() == Verdict::Refuted) {
+        Verdict::Refuted
+    } else {
+        Verdict::Reproduced
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -570,6 +629,35 @@ mod tests {
         let q = Spread::quartiles(&[1.0, 2.0, 3.0, 10.0]);
         assert_eq!((q.min, q.mean, q.max), (1.75, 2.5, 4.75));
         assert_eq!(Spread::quartiles(&[7.0]).min, 7.0);
+    }
+
+    #[test]
+    fn the_default_layer_loses_f8_only_to_a_clearly_better_ablation() {
+        let end = |m: &str, seed, ppl| row(m, seed, 10, 1.0, ppl);
+        let mut rows = vec![
+            end("gau", 0, 100.0),
+            end("gau", 1, 104.0),
+            // Clearly worse: 110–115 / 100–104.
+            end("softmax", 0, 110.0),
+            end("softmax", 1, 115.0),
+            // Within the spread: 99–105.
+            end("heads2", 0, 99.0),
+            end("heads2", 1, 105.0),
+        ];
+        let table = ablation_rows(&rows, "gau", 512);
+        assert_eq!(table.len(), 2);
+        assert_eq!(table[0].model, "softmax");
+        assert!((table[0].ratio.min - 110.0 / 104.0).abs() < 1e-12);
+        assert_eq!(table[0].verdict(), Verdict::Reproduced);
+        assert_eq!(table[1].verdict(), Verdict::Inconclusive);
+        assert_eq!(table[1].seeds, (2, 2));
+        assert_eq!(default_is_best(&table), Some(Verdict::Reproduced));
+        // An ablation below the default's whole range refutes it.
+        rows.extend([end("no_gate", 0, 90.0), end("no_gate", 1, 95.0)]);
+        let table = ablation_rows(&rows, "gau", 512);
+        assert_eq!(table[2].verdict(), Verdict::Refuted);
+        assert_eq!(default_is_best(&table), Some(Verdict::Refuted));
+        assert_eq!(default_is_best(&[]), None);
     }
 
     #[test]

@@ -409,3 +409,65 @@ fn a_variant_from_set_is_trained_beside_the_models() {
     );
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+/// table1 and table2 train their ablations as variants beside the default layer, `table.md` gets
+/// the ablation section, and `claims` computes F8 for each; a variant whose fields contradict each
+/// other (3 GAU heads do not split e = 64) is refused before anything is written.
+#[test]
+fn table1_and_table2_smoke_and_their_claims() {
+    use experiments::lm_sweep;
+    let root = std::env::temp_dir().join(format!("ablation-smoke-{}", std::process::id()));
+    let corpus = root.join("corpus");
+    tiny_corpus(&corpus);
+    let data_dir = format!("data_dir=\"{}\"", corpus.display());
+    let results = root.join("results");
+    for (id, config, models) in [
+        ("table1", include_str!("../configs/table1/smoke.toml"), 11),
+        ("table2", include_str!("../configs/table2/smoke.toml"), 5),
+    ] {
+        lm_sweep::run(
+            cli(id, &results.join(id), &["--set", data_dir.as_str()]),
+            &|_| config,
+        )
+        .unwrap();
+        let csv = std::fs::read_to_string(results.join(id).join("metrics.csv")).unwrap();
+        // Every model × 1 context × 2 evaluations.
+        assert_eq!(csv.lines().count(), 1 + models * 2, "{csv}");
+        let table = std::fs::read_to_string(results.join(id).join("table.md")).unwrap();
+        assert!(table.contains("## Layer ablations"), "{table}");
+        assert_eq!(
+            table.lines().filter(|l| l.starts_with("| 16 | ")).count(),
+            models,
+            "an ablation row per model, the default's included: {table}"
+        );
+    }
+    let table1 = std::fs::read_to_string(results.join("table1/table.md")).unwrap();
+    assert!(
+        table1.contains("| gau_softmax | gau_scoring = \"Softmax\" | 1 |"),
+        "{table1}"
+    );
+    experiments::claims::write(&results).unwrap();
+    let claims = std::fs::read_to_string(results.join("claims.md")).unwrap();
+    let f8: Vec<&str> = claims.lines().filter(|l| l.starts_with("| F8 |")).collect();
+    assert_eq!(f8.len(), 2, "one row per table: {claims}");
+    assert!(f8[0].contains("default GAU") && f8[0].contains("of 10 ablations"));
+    assert!(f8[1].contains("default Transformer++") && f8[1].contains("of 4 ablations"));
+    for row in f8 {
+        assert!(!row.contains("no verdict"), "{row}");
+    }
+
+    let out = root.join("bad");
+    let bad = r#"variants=[{name="gau_3_heads", model="flash_quad", set={gau_heads=3}}]"#;
+    let err = lm_sweep::run(
+        cli("table1", &out, &["--set", data_dir.as_str(), "--set", bad]),
+        &|_| include_str!("../configs/table1/smoke.toml"),
+    )
+    .unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("variant `gau_3_heads`") && msg.contains("must divide e = 64"),
+        "{msg}"
+    );
+    assert!(!out.exists(), "nothing written for a refused configuration");
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -86,13 +86,32 @@ pub fn relu2_attention(
     factor: f64,
     direction: Direction,
 ) -> Tensor<3> {
-    let spec = AttentionSpec {
-        score: ScoreFn::Relu2,
+    scored_attention(q, k, v, bias, score_spec(ScoreFn::Relu2, factor, direction))
+}
+
+/// The [`AttentionSpec`] of `score(Q Kᵀ · factor + b)` in `direction`.
+pub fn score_spec(score: ScoreFn, factor: f64, direction: Direction) -> AttentionSpec {
+    AttentionSpec {
+        score,
         scale: factor as f32,
         causal: direction == Direction::Causal,
-    };
+    }
+}
+
+/// `score(Q Kᵀ · scale + b) V` for either score function of [`AttentionSpec`] (GAU's relu² and
+/// its softmax ablation, FLASH Table 1): the fused kernel on `flex`, else
+/// [`scored_attention_reference`].
+///
+/// q, k: [N, T, s]; v: [N, T, e]; bias: [T, T] or none → [N, T, e].
+pub fn scored_attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    bias: Option<Tensor<2>>,
+    spec: AttentionSpec,
+) -> Tensor<3> {
     fused::attention(&q, &k, &v, bias.as_ref(), spec)
-        .unwrap_or_else(|| relu2_attention_reference(q, k, v, bias, factor, direction))
+        .unwrap_or_else(|| scored_attention_reference(q, k, v, bias, None, spec))
 }
 
 /// [`relu2_attention`] with a bias given by factors, `b = A Bᵀ` (FLASH-Quad's RoPE-product bias,
@@ -108,16 +127,29 @@ pub fn relu2_attention_rank_bias(
     q: Tensor<3>,
     k: Tensor<3>,
     v: Tensor<3>,
-    (a, b): (Tensor<2>, Tensor<2>),
+    ab: (Tensor<2>, Tensor<2>),
     factor: f64,
     direction: Direction,
+) -> Tensor<3> {
+    scored_attention_rank_bias(q, k, v, ab, score_spec(ScoreFn::Relu2, factor, direction))
+}
+
+/// [`scored_attention`] with a bias given by factors `b = A Bᵀ` (see [`relu2_attention_rank_bias`]).
+///
+/// q, k: [N, T, s]; v: [N, T, e]; a, b: [T, r] → [N, T, e].
+pub fn scored_attention_rank_bias(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    (a, b): (Tensor<2>, Tensor<2>),
+    spec: AttentionSpec,
 ) -> Tensor<3> {
     let [n, t, _] = q.dims();
     let r = a.dims()[1];
     let per_batch = |x: Tensor<2>| x.unsqueeze::<3>().expand([n, t, r]);
-    let q = Tensor::cat(vec![q.mul_scalar(factor), per_batch(a)], 2); // [N, T, s + r]
+    let q = Tensor::cat(vec![q.mul_scalar(spec.scale), per_batch(a)], 2); // [N, T, s + r]
     let k = Tensor::cat(vec![k, per_batch(b)], 2);
-    relu2_attention(q, k, v, None, 1.0, direction)
+    scored_attention(q, k, v, None, AttentionSpec { scale: 1.0, ..spec })
 }
 
 /// [`relu2_attention`] as plain burn operations (the reference the fused kernel is tested against).
@@ -129,15 +161,52 @@ pub fn relu2_attention_reference(
     factor: f64,
     direction: Direction,
 ) -> Tensor<3> {
-    let t = q.dims()[1];
-    let mut scores = q.matmul(k.swap_dims(1, 2)).mul_scalar(factor); // [N, T, T]
+    let spec = score_spec(ScoreFn::Relu2, factor, direction);
+    scored_attention_reference(q, k, v, bias, None, spec)
+}
+
+/// [`scored_attention`] as plain burn operations, with an optional key mask (`key_keep`: [N, 1, T],
+/// `true` on real keys) for the softmax, whose normalisation padded keys would otherwise share
+/// (relu² needs none: a key with zero value adds nothing).
+///
+/// q, k: [N, T, s]; v: [N, T, e]; bias: [T, T] or none → [N, T, e].
+pub fn scored_attention_reference(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    bias: Option<Tensor<2>>,
+    key_keep: Option<Tensor<3, Bool>>,
+    spec: AttentionSpec,
+) -> Tensor<3> {
+    let [n, t, _] = q.dims();
+    let s = k.dims()[1];
+    let mut scores = q
+        .matmul(k.swap_dims(1, 2))
+        .mul_scalar(f64::from(spec.scale)); // [N, T, S]
     if let Some(bias) = bias {
         scores = scores + bias.unsqueeze::<3>();
     }
-    let mut a = relu2(scores);
-    if direction == Direction::Causal {
-        a = a * causal_ones(t, &v.device()).unsqueeze::<3>();
-    }
+    let a = match spec.score {
+        ScoreFn::Relu2 => {
+            let mut a = relu2(scores);
+            if spec.causal {
+                a = a * causal_ones(t, &v.device()).unsqueeze::<3>();
+            }
+            a
+        }
+        ScoreFn::Softmax => {
+            if spec.causal {
+                let mask = future_mask(t, &v.device())
+                    .unsqueeze::<3>()
+                    .expand([n, t, s]);
+                scores = scores.mask_fill(mask, MASKED_SCORE);
+            }
+            if let Some(keep) = key_keep {
+                scores = scores.mask_fill(keep.bool_not().expand([n, t, s]), MASKED_SCORE);
+            }
+            softmax(scores, 2)
+        }
+    };
     a.matmul(v)
 }
 
@@ -332,20 +401,9 @@ pub fn softmax_attention_reference(
     key_keep: Option<Tensor<3, Bool>>,
     direction: Direction,
 ) -> Tensor<3> {
-    let [n, t, dh] = q.dims();
-    let mut scores = q
-        .matmul(k.swap_dims(1, 2))
-        .mul_scalar(1.0 / (dh as f64).sqrt());
-    if direction == Direction::Causal {
-        let mask = future_mask(t, &v.device())
-            .unsqueeze::<3>()
-            .expand([n, t, t]);
-        scores = scores.mask_fill(mask, MASKED_SCORE);
-    }
-    if let Some(keep) = key_keep {
-        scores = scores.mask_fill(keep.bool_not().expand([n, t, t]), MASKED_SCORE);
-    }
-    softmax(scores, 2).matmul(v)
+    let dh = q.dims()[2];
+    let spec = score_spec(ScoreFn::Softmax, 1.0 / (dh as f64).sqrt(), direction);
+    scored_attention_reference(q, k, v, None, key_keep, spec)
 }
 
 /// The exponent of the positive random features of FAVOR+ (Choromanski et al. 2021, Lemma 1):

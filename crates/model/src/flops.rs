@@ -20,7 +20,9 @@ impl ModelConfig {
                 (self.expansion_factor * self.d_model) as f64,
                 self.d_qk as f64,
             );
-            head + 2.0 * self.n_blocks as f64 * (2.0 * d * (2.0 * e + s) + 2.0 * e * d)
+            // [U | V | Z] (no U without the gate) and W_o.
+            let u = if self.gau_gated { e } else { 0.0 };
+            head + 2.0 * self.n_blocks as f64 * (2.0 * d * (u + e + s) + 2.0 * e * d)
         } else {
             let matrices = match self.arch {
                 Architecture::Transformer | Architecture::TransformerPlus => 2.0,
@@ -39,7 +41,9 @@ impl ModelConfig {
                 (self.expansion_factor * self.d_model) as f64,
                 self.d_qk as f64,
             );
-            let quad = |n: f64| 2.0 * n * s + 2.0 * n * e;
+            // Q Kᵀ per head (h heads of width s over Z), A V over e columns in all.
+            let heads = self.gau_heads as f64;
+            let quad = |n: f64| 2.0 * n * s * heads + 2.0 * n * e;
             // Σ K_linᵀV per token, and Q_lin times the running sum.
             let linear = 4.0 * s * e;
             let per_layer = match self.arch {

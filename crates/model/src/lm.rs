@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::attention::ChunkParts;
 use crate::fused;
-use crate::gau::{Gau, GauCache, GauConfig, GauSpan};
+use crate::gau::{Gau, GauCache, GauConfig, GauScoring, GauSpan};
 use crate::layers::{
     Direction, GlobalScaling, Norm, NormKind, Relu2Scaling, Rope, ScaledSinusoidal,
     keep_multiplier, normal_init,
@@ -165,6 +165,102 @@ pub struct ModelConfig {
     /// Seed of Performer's random features.
     #[config(default = 0)]
     pub seed: u64,
+    /// GAU ablation (FLASH Table 1): the quadratic attention's score function (paper: relu²).
+    #[config(default = "GauScoring::Relu2")]
+    pub gau_scoring: GauScoring,
+    /// GAU ablation (FLASH Table 1): attention heads over the shared Z (paper: 1).
+    #[config(default = 1)]
+    pub gau_heads: usize,
+    /// GAU ablation (FLASH Table 1): gate the attention output by U (paper: yes).
+    #[config(default = true)]
+    pub gau_gated: bool,
+    /// GAU ablation (FLASH Table 1): add the relative position bias (paper: yes).
+    #[config(default = true)]
+    pub gau_relative_bias: bool,
+    /// GAU ablation (FLASH Table 1): rotate Q and K with RoPE (paper: yes).
+    #[config(default = true)]
+    pub gau_rope: bool,
+}
+
+impl ModelConfig {
+    /// The ablation fields added after the run store's first runs: a run's identity omits them at
+    /// their defaults, so that runs trained before they existed keep their names (see
+    /// `experiments/src/run_store.rs`).
+    pub const ABLATION_FIELDS: [&'static str; 5] = [
+        "gau_scoring",
+        "gau_heads",
+        "gau_gated",
+        "gau_relative_bias",
+        "gau_rope",
+    ];
+
+    /// The configuration of one GAU layer of this model for `span` and `direction`.
+    fn gau(&self, span: GauSpan, direction: Direction) -> GauConfig {
+        GauConfig::new(self.d_model, span, direction)
+            .with_expansion_factor(self.expansion_factor)
+            .with_d_qk(self.d_qk)
+            .with_scaling(self.scaling)
+            .with_global_scaling(self.global_scaling)
+            .with_norm(self.norm)
+            .with_scoring(self.gau_scoring)
+            .with_heads(self.gau_heads)
+            .with_gated(self.gau_gated)
+            .with_relative_bias(self.gau_relative_bias)
+            .with_rope(self.gau_rope)
+    }
+
+    /// The GAU span of a GAU architecture.
+    fn gau_span(&self) -> GauSpan {
+        let chunked = |parts| GauSpan::MixedChunk {
+            chunk: self.chunk_size,
+            parts,
+        };
+        match self.arch {
+            Architecture::FlashQuad => GauSpan::Quad {
+                window: self.context,
+            },
+            Architecture::Flash => chunked(ChunkParts::Mixed),
+            Architecture::FlashLocalOnly => chunked(ChunkParts::LocalOnly),
+            _ => chunked(ChunkParts::GlobalOnly),
+        }
+    }
+
+    /// Checks the fields that can contradict each other (a user's `set` in an experiment config):
+    /// a one-line message naming the field and the fix.
+    pub fn check(&self) -> Result<(), String> {
+        if self.d_model == 0 || self.n_blocks == 0 || self.n_heads == 0 {
+            return Err("d_model, n_blocks and n_heads must be at least 1".into());
+        }
+        if self.arch.is_gau() {
+            return self.gau(self.gau_span(), Direction::Causal).check();
+        }
+        if !self.d_model.is_multiple_of(self.n_heads) {
+            return Err(format!(
+                "n_heads = {} must divide d_model = {}; pick a divisor",
+                self.n_heads, self.d_model
+            ));
+        }
+        let gau_default = Self::new(self.arch);
+        if (
+            self.gau_scoring,
+            self.gau_heads,
+            self.gau_gated,
+            self.gau_relative_bias,
+            self.gau_rope,
+        ) != (
+            gau_default.gau_scoring,
+            gau_default.gau_heads,
+            gau_default.gau_gated,
+            gau_default.gau_relative_bias,
+            gau_default.gau_rope,
+        ) {
+            return Err(format!(
+                "the gau_* fields change GAU layers only; `{}` has none (use flash_quad or flash)",
+                self.arch
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl ModelConfig {
@@ -246,29 +342,7 @@ impl ModelConfig {
     /// Builds the model for `direction` (causal LM or masked LM).
     pub fn init(&self, direction: Direction, device: &Device) -> LanguageModel {
         let layers = if self.arch.is_gau() {
-            let span = match self.arch {
-                Architecture::FlashQuad => GauSpan::Quad {
-                    window: self.context,
-                },
-                Architecture::Flash => GauSpan::MixedChunk {
-                    chunk: self.chunk_size,
-                    parts: ChunkParts::Mixed,
-                },
-                Architecture::FlashLocalOnly => GauSpan::MixedChunk {
-                    chunk: self.chunk_size,
-                    parts: ChunkParts::LocalOnly,
-                },
-                _ => GauSpan::MixedChunk {
-                    chunk: self.chunk_size,
-                    parts: ChunkParts::GlobalOnly,
-                },
-            };
-            let gau = GauConfig::new(self.d_model, span, direction)
-                .with_expansion_factor(self.expansion_factor)
-                .with_d_qk(self.d_qk)
-                .with_scaling(self.scaling)
-                .with_global_scaling(self.global_scaling)
-                .with_norm(self.norm);
+            let gau = self.gau(self.gau_span(), direction);
             (0..2 * self.n_blocks)
                 .map(|_| Layer::Gau(gau.init(device)))
                 .collect()

@@ -4,16 +4,6 @@
 //! context, is `table11`.
 //! `just repro fig5 [--profile smoke|cpu|paper]`; configs in `experiments/configs/fig5/`.
 
-use experiments::Profile;
-
-fn builtin(profile: Profile) -> &'static str {
-    match profile {
-        Profile::Smoke => include_str!("../../configs/fig5/smoke.toml"),
-        Profile::Cpu => include_str!("../../configs/fig5/cpu.toml"),
-        Profile::Paper => include_str!("../../configs/fig5/paper.toml"),
-    }
-}
-
 fn main() {
-    experiments::main_with("fig5", |cli| experiments::lm_sweep::run(cli, &builtin));
+    experiments::lm_sweep_main("fig5");
 }

@@ -3,16 +3,6 @@
 //! and the speedup to reach Transformer++'s final perplexity.
 //! `just repro fig6 [--profile smoke|cpu|paper]`; configs in `experiments/configs/fig6/`.
 
-use experiments::Profile;
-
-fn builtin(profile: Profile) -> &'static str {
-    match profile {
-        Profile::Smoke => include_str!("../../configs/fig6/smoke.toml"),
-        Profile::Cpu => include_str!("../../configs/fig6/cpu.toml"),
-        Profile::Paper => include_str!("../../configs/fig6/paper.toml"),
-    }
-}
-
 fn main() {
-    experiments::main_with("fig6", |cli| experiments::lm_sweep::run(cli, &builtin));
+    experiments::lm_sweep_main("fig6");
 }

@@ -5,16 +5,6 @@
 //! GlobalOnly both clearly worse than FLASH) is computed by `just claims`.
 //! `just repro fig7 [--profile smoke|cpu|paper]`; configs in `experiments/configs/fig7/`.
 
-use experiments::Profile;
-
-fn builtin(profile: Profile) -> &'static str {
-    match profile {
-        Profile::Smoke => include_str!("../../configs/fig7/smoke.toml"),
-        Profile::Cpu => include_str!("../../configs/fig7/cpu.toml"),
-        Profile::Paper => include_str!("../../configs/fig7/paper.toml"),
-    }
-}
-
 fn main() {
-    experiments::main_with("fig7", |cli| experiments::lm_sweep::run(cli, &builtin));
+    experiments::lm_sweep_main("fig7");
 }

@@ -4,16 +4,6 @@
 //! `table.md` adds the chunking-loss table with the verdict on claim F6 (the GAU loses less).
 //! `just repro table5 [--profile smoke|cpu|paper]`; configs in `experiments/configs/table5/`.
 
-use experiments::Profile;
-
-fn builtin(profile: Profile) -> &'static str {
-    match profile {
-        Profile::Smoke => include_str!("../../configs/table5/smoke.toml"),
-        Profile::Cpu => include_str!("../../configs/table5/cpu.toml"),
-        Profile::Paper => include_str!("../../configs/table5/paper.toml"),
-    }
-}
-
 fn main() {
-    experiments::main_with("table5", |cli| experiments::lm_sweep::run(cli, &builtin));
+    experiments::lm_sweep_main("table5");
 }

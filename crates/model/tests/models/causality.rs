@@ -15,8 +15,8 @@ const LEN: usize = 21;
 #[test]
 fn no_causal_leakage_in_outputs_or_gradients() {
     let device = autodiff_device();
-    for arch in Architecture::ALL {
-        let config = ModelConfig::tiny(arch);
+    for config in tiny_models() {
+        let arch = describe(&config);
         device.seed(7);
         let model = perturb(config.init(Direction::Causal, &device), 0.3, 7);
         let ids = tokens(1, BATCH, LEN, config.vocab_size);
@@ -95,9 +95,15 @@ fn incremental_decoding_matches_full_forward() {
     let device = device();
     let rope_bias_quad =
         ModelConfig::tiny(Architecture::FlashQuad).with_context(TOEPLITZ_MAX_WINDOW);
-    let configs = Architecture::ALL.map(ModelConfig::tiny);
-    for config in configs.into_iter().chain([rope_bias_quad]) {
-        let arch = config.arch;
+    let rope_bias_softmax = rope_bias_quad
+        .clone()
+        .with_gau_scoring(model::gau::GauScoring::Softmax)
+        .with_gau_heads(2);
+    for config in tiny_models()
+        .into_iter()
+        .chain([rope_bias_quad, rope_bias_softmax])
+    {
+        let arch = describe(&config);
         device.seed(11);
         let model = perturb(config.init(Direction::Causal, &device), 0.3, 11);
         let ids = tokens(3, BATCH, LEN, config.vocab_size);

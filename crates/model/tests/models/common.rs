@@ -2,6 +2,8 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::Gradients;
+use model::gau::GauScoring;
+use model::{Architecture, ModelConfig};
 
 pub fn device() -> Device {
     Device::flex()
@@ -107,4 +109,39 @@ pub fn perturb<M: Module>(module: M, std: f64, seed: u64) -> M {
     }
     device().seed(seed);
     module.map(&mut Noise(std))
+}
+
+/// Every architecture's tiny preset, then the GAU ablations of FLASH Table 1 on tiny FLASH-Quad
+/// (softmax, 2 heads, both, no gate, no bias, no RoPE) and those the chunked layer takes on tiny
+/// FLASH (no gate, no RoPE).
+pub fn tiny_models() -> Vec<ModelConfig> {
+    let quad = || ModelConfig::tiny(Architecture::FlashQuad);
+    let flash = || ModelConfig::tiny(Architecture::Flash);
+    let mut all: Vec<ModelConfig> = Architecture::ALL.map(ModelConfig::tiny).into();
+    all.extend([
+        quad().with_gau_scoring(GauScoring::Softmax),
+        quad().with_gau_heads(2),
+        quad()
+            .with_gau_heads(2)
+            .with_gau_scoring(GauScoring::Softmax),
+        quad().with_gau_gated(false),
+        quad().with_gau_relative_bias(false),
+        quad().with_gau_rope(false),
+        flash().with_gau_gated(false),
+        flash().with_gau_rope(false),
+    ]);
+    all
+}
+
+/// A short name of a tiny model for messages: the architecture and its non-default GAU fields.
+pub fn describe(config: &ModelConfig) -> String {
+    format!(
+        "{} (scoring {:?}, heads {}, gated {}, bias {}, rope {})",
+        config.arch,
+        config.gau_scoring,
+        config.gau_heads,
+        config.gau_gated,
+        config.gau_relative_bias,
+        config.gau_rope
+    )
 }

@@ -5,7 +5,8 @@
 use burn::prelude::*;
 use model::attention::{
     global_chunk_attention, global_chunk_attention_reference, local_chunk_attention,
-    relu2_attention_rank_bias, relu2_attention_reference, softmax_attention_reference,
+    relu2_attention_rank_bias, relu2_attention_reference, scored_attention_reference,
+    softmax_attention_reference,
 };
 use model::fused::{
     self, Activation, AttentionSpec, ROW_BLOCK, ScoreFn, activation, bias_activation, fast_exp,
@@ -32,9 +33,10 @@ fn reference(
     };
     match spec.score {
         ScoreFn::Relu2 => relu2_attention_reference(q, k, v, bias, spec.scale as f64, direction),
+        // With a bias (GAU's softmax ablation): the generic reference.
+        ScoreFn::Softmax if bias.is_some() => scored_attention_reference(q, k, v, bias, None, spec),
         ScoreFn::Softmax => {
-            // The softmax reference has no bias and scales by 1/sqrt(dk): fold both into q.
-            assert!(bias.is_none());
+            // The Transformers' softmax reference scales by 1/sqrt(dk): fold the scale into q.
             let dk = q.dims()[2] as f64;
             softmax_attention_reference(
                 q.mul_scalar(spec.scale as f64 * dk.sqrt()),
@@ -53,7 +55,7 @@ fn cases() -> Vec<(AttentionSpec, bool)> {
         for (score, scale) in [(ScoreFn::Relu2, 1.0 / 150.0), (ScoreFn::Softmax, 0.25)] {
             let biases: &[bool] = match score {
                 ScoreFn::Relu2 => &[true, false],
-                ScoreFn::Softmax => &[false],
+                ScoreFn::Softmax => &[true, false],
             };
             for &bias in biases {
                 out.push((

@@ -14,11 +14,16 @@
 //!                                        bidirectional every j (f_g = 1/T, own chunk included)
 //!   out = x + (U ⊙ A V) W_o + b_o
 //! ```
+//!
+//! The Table 1 ablations, by the same hand: softmax scoring `A[i, ·] = softmax_j(q_i·k_j / sqrt(s) +
+//! w[j − i + n − 1])` over the visible j; h heads (heads q_1..q_h, k_1..k_h; head g mixes V's
+//! columns g·e/h .. (g + 1)·e/h); no gate (U ≡ 1, the projection without U's columns); no bias; no
+//! RoPE.
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::prelude::*;
 use model::ChunkParts;
-use model::gau::{Gau, GauConfig, GauSpan};
+use model::gau::{Gau, GauConfig, GauScoring, GauSpan};
 use model::layers::{Direction, Rope};
 
 use crate::common::*;
@@ -44,6 +49,30 @@ fn parameters(layer: &Gau) -> Vec<(Vec<usize>, Vec<f64>)> {
     c.0
 }
 
+/// The Table 1 ablation fields of one layer (the paper's GAU: `Ablation::PAPER`).
+#[derive(Clone, Copy, Debug)]
+struct Ablation {
+    scoring: GauScoring,
+    heads: usize,
+    gated: bool,
+    bias: bool,
+    rope: bool,
+}
+
+impl Ablation {
+    const PAPER: Ablation = Ablation {
+        scoring: GauScoring::Relu2,
+        heads: 1,
+        gated: true,
+        bias: true,
+        rope: true,
+    };
+    /// Width of U in the projection.
+    fn d_u(self) -> usize {
+        if self.gated { E } else { 0 }
+    }
+}
+
 /// The layer's parameters by name, shapes checked.
 struct Weights {
     ln_gamma: Vec<f64>,
@@ -54,27 +83,29 @@ struct Weights {
     /// [heads, s]
     gamma: Vec<f64>,
     beta: Vec<f64>,
-    /// Toeplitz weights, 2n − 1 (n the bias window).
-    rel: Vec<f64>,
+    /// Toeplitz weights, 2n − 1 (n the bias window); none without the bias.
+    rel: Option<Vec<f64>>,
     /// [e, d]
     wo: Vec<f64>,
     bo: Vec<f64>,
 }
 
-fn weights(layer: &Gau, heads: usize, window: usize) -> Weights {
+fn weights(layer: &Gau, heads: usize, window: usize, abl: Ablation) -> Weights {
     let p = parameters(layer);
     let shapes: Vec<&Vec<usize>> = p.iter().map(|(s, _)| s).collect();
-    let want: Vec<Vec<usize>> = vec![
+    let width = abl.d_u() + E + S;
+    let mut want: Vec<Vec<usize>> = vec![
         vec![D],
         vec![D],
-        vec![D, 2 * E + S],
-        vec![2 * E + S],
+        vec![D, width],
+        vec![width],
         vec![heads, S],
         vec![heads, S],
-        vec![2 * window - 1],
-        vec![E, D],
-        vec![D],
     ];
+    if abl.bias {
+        want.push(vec![2 * window - 1]);
+    }
+    want.extend([vec![E, D], vec![D]]);
     assert_eq!(
         shapes,
         want.iter().collect::<Vec<_>>(),
@@ -89,7 +120,7 @@ fn weights(layer: &Gau, heads: usize, window: usize) -> Weights {
         b: next(),
         gamma: next(),
         beta: next(),
-        rel: next(),
+        rel: abl.bias.then(&mut next),
         wo: next(),
         bo: next(),
     }
@@ -104,10 +135,17 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// The formula of the module doc for one sequence x: [T, d] (row-major) → [T, d].
-fn formula(x: &[f64], t: usize, w: &Weights, span: GauSpan, direction: Direction) -> Vec<f64> {
-    let width = 2 * E + S;
-    // h = LayerNorm(x); [U | V | Z] = silu(h W + b).
-    let mut u = vec![vec![0.0; E]; t];
+fn formula(
+    x: &[f64],
+    t: usize,
+    w: &Weights,
+    (span, direction): (GauSpan, Direction),
+    abl: Ablation,
+) -> Vec<f64> {
+    let du = abl.d_u();
+    let width = du + E + S;
+    // h = LayerNorm(x); [U | V | Z] = silu(h W + b); U ≡ 1 without the gate.
+    let mut u = vec![vec![1.0; E]; t];
     let mut v = vec![vec![0.0; E]; t];
     let mut z = vec![vec![0.0; S]; t];
     for i in 0..t {
@@ -120,9 +158,9 @@ fn formula(x: &[f64], t: usize, w: &Weights, span: GauSpan, direction: Direction
         for o in 0..width {
             let y = silu((0..D).map(|c| h[c] * w.w[c * width + o]).sum::<f64>() + w.b[o]);
             match o {
-                o if o < E => u[i][o] = y,
-                o if o < 2 * E => v[i][o - E] = y,
-                o => z[i][o - 2 * E] = y,
+                o if o < du => u[i][o] = y,
+                o if o < du + E => v[i][o - du] = y,
+                o => z[i][o - du - E] = y,
             }
         }
     }
@@ -134,6 +172,9 @@ fn formula(x: &[f64], t: usize, w: &Weights, span: GauSpan, direction: Direction
                 let y: Vec<f64> = (0..S)
                     .map(|c| z[p][c] * w.gamma[k * S + c] + w.beta[k * S + c])
                     .collect();
+                if !abl.rope {
+                    return y;
+                }
                 let mut r = vec![0.0; S];
                 for c in 0..half {
                     let angle = p as f64 * 10_000f64.powf(-(c as f64) / half as f64);
@@ -146,22 +187,43 @@ fn formula(x: &[f64], t: usize, w: &Weights, span: GauSpan, direction: Direction
             .collect()
     };
     let causal = direction == Direction::Causal;
-    // A[i][j], the full T×T mixing matrix.
-    let mut a = vec![vec![0.0; t]; t];
+    let rel = |idx: usize| w.rel.as_ref().map_or(0.0, |r| r[idx]);
+    // a[g][i][j], the full T×T mixing matrix of head g (one head but with h heads).
+    let mut heads_a = vec![vec![vec![0.0; t]; t]; abl.heads];
     match span {
         GauSpan::Quad { window: n } => {
-            let (q, k) = (head(0), head(1));
-            for i in 0..t {
-                for j in 0..t {
-                    if causal && j > i {
-                        continue;
+            for (g, a) in heads_a.iter_mut().enumerate() {
+                let (q, k) = (head(g), head(abl.heads + g));
+                for i in 0..t {
+                    let visible = if causal { i + 1 } else { t };
+                    let scores: Vec<f64> = (0..visible)
+                        .map(|j| {
+                            let qk = dot(&q[i], &k[j]);
+                            match abl.scoring {
+                                GauScoring::Relu2 => qk / n as f64 + rel(j + n - 1 - i),
+                                GauScoring::Softmax => qk / (S as f64).sqrt() + rel(j + n - 1 - i),
+                            }
+                        })
+                        .collect();
+                    match abl.scoring {
+                        GauScoring::Relu2 => {
+                            for (j, s) in scores.iter().enumerate() {
+                                a[i][j] = s.max(0.0).powi(2);
+                            }
+                        }
+                        GauScoring::Softmax => {
+                            let max = scores.iter().cloned().fold(f64::MIN, f64::max);
+                            let total: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+                            for (j, s) in scores.iter().enumerate() {
+                                a[i][j] = (s - max).exp() / total;
+                            }
+                        }
                     }
-                    let s = dot(&q[i], &k[j]) / n as f64 + w.rel[j + n - 1 - i];
-                    a[i][j] = s.max(0.0).powi(2);
                 }
             }
         }
         GauSpan::MixedChunk { chunk: c, parts } => {
+            let a = &mut heads_a[0];
             let (qq, kq, ql, kl) = (head(0), head(1), head(2), head(3));
             let f_global = if causal {
                 1.0 / c as f64
@@ -172,7 +234,7 @@ fn formula(x: &[f64], t: usize, w: &Weights, span: GauSpan, direction: Direction
                 for j in 0..t {
                     let (gi, gj) = (i / c, j / c);
                     if parts != ChunkParts::GlobalOnly && gi == gj && !(causal && j > i) {
-                        let s = dot(&qq[i], &kq[j]) / c as f64 + w.rel[j % c + c - 1 - i % c];
+                        let s = dot(&qq[i], &kq[j]) / c as f64 + rel(j % c + c - 1 - i % c);
                         a[i][j] += s.max(0.0).powi(2);
                     }
                     if parts != ChunkParts::LocalOnly && (!causal || gj < gi) {
@@ -182,11 +244,15 @@ fn formula(x: &[f64], t: usize, w: &Weights, span: GauSpan, direction: Direction
             }
         }
     }
-    // out = x + (U ⊙ A V) W_o + b_o.
+    // out = x + (U ⊙ A V) W_o + b_o, column c mixed by head c / (e/h).
     let mut out = x.to_vec();
+    let group = E / abl.heads;
     for i in 0..t {
         let gated: Vec<f64> = (0..E)
-            .map(|c| u[i][c] * (0..t).map(|j| a[i][j] * v[j][c]).sum::<f64>())
+            .map(|c| {
+                let a = &heads_a[c / group];
+                u[i][c] * (0..t).map(|j| a[i][j] * v[j][c]).sum::<f64>()
+            })
             .collect();
         for o in 0..D {
             out[i * D + o] += (0..E).map(|c| gated[c] * w.wo[c * D + o]).sum::<f64>() + w.bo[o];
@@ -196,30 +262,42 @@ fn formula(x: &[f64], t: usize, w: &Weights, span: GauSpan, direction: Direction
 }
 
 fn check(span: GauSpan, direction: Direction, t: usize) {
+    check_ablation(span, direction, t, Ablation::PAPER);
+}
+
+fn check_ablation(span: GauSpan, direction: Direction, t: usize, abl: Ablation) {
     let device = device();
     device.seed(7);
     let layer = GauConfig::new(D, span, direction)
         .with_d_qk(S)
+        .with_scoring(abl.scoring)
+        .with_heads(abl.heads)
+        .with_gated(abl.gated)
+        .with_relative_bias(abl.bias)
+        .with_rope(abl.rope)
         .init(&device);
     // Trained-looking weights: γ starts at N(0, 0.02) and β at 0, which would hide most of Q and K.
     let layer = perturb(layer, 0.3, 11);
     let (heads, window) = match span {
-        GauSpan::Quad { window } => (2, window),
+        GauSpan::Quad { window } => (2 * abl.heads, window),
         GauSpan::MixedChunk { chunk, .. } => (4, chunk),
     };
-    let w = weights(&layer, heads, window);
+    let w = weights(&layer, heads, window, abl);
     let x = randn([2, t, D], 3, &device);
     let ours = values(layer.forward(x.clone(), &Rope::new(S, 0, t, &device), None));
     let xs: Vec<f64> = values(x).into_iter().map(f64::from).collect();
     let want: Vec<f32> = (0..2)
-        .flat_map(|b| formula(&xs[b * t * D..(b + 1) * t * D], t, &w, span, direction))
+        .flat_map(|b| {
+            let x = &xs[b * t * D..(b + 1) * t * D];
+            formula(x, t, &w, (span, direction), abl)
+        })
         .map(|y| y as f32)
         .collect();
     assert_close(
         &ours,
         &want,
         1e-5,
-        &format!("{span:?}, {direction:?}, T = {t}"),
+        &format!("{span:?}, {direction:?}, T = {t}, {abl:?}"),
     );
 }
 
@@ -238,5 +316,42 @@ fn flash_layer_equals_the_papers_formula() {
             // 21 = two full chunks of 8 and a padded one.
             check(GauSpan::MixedChunk { chunk: 8, parts }, direction, 21);
         }
+    }
+}
+
+#[test]
+fn gau_ablations_equal_the_formula() {
+    let p = Ablation::PAPER;
+    let rows = [
+        Ablation {
+            scoring: GauScoring::Softmax,
+            ..p
+        },
+        Ablation { heads: 2, ..p },
+        Ablation { heads: 4, ..p },
+        Ablation { gated: false, ..p },
+        Ablation { bias: false, ..p },
+        Ablation { rope: false, ..p },
+        Ablation {
+            scoring: GauScoring::Softmax,
+            heads: 2,
+            ..p
+        },
+    ];
+    for abl in rows {
+        for direction in [Direction::Causal, Direction::Bidirectional] {
+            check_ablation(GauSpan::Quad { window: 16 }, direction, 13, abl);
+        }
+    }
+    // The chunked layer takes the gate, bias and RoPE ablations too.
+    for abl in [
+        Ablation { gated: false, ..p },
+        Ablation { rope: false, ..p },
+    ] {
+        let span = GauSpan::MixedChunk {
+            chunk: 8,
+            parts: ChunkParts::Mixed,
+        };
+        check_ablation(span, Direction::Causal, 21, abl);
     }
 }

@@ -1,7 +1,7 @@
 //! Padding invariance: appending padded positions (masked) leaves the real positions' outputs unchanged.
 
 use burn::prelude::*;
-use model::{Architecture, Direction, ModelConfig};
+use model::Direction;
 
 use crate::common::*;
 
@@ -10,8 +10,8 @@ fn padding_does_not_change_real_outputs() {
     let device = device();
     let (batch, len, pad) = (2, 13, 6);
     for direction in [Direction::Bidirectional, Direction::Causal] {
-        for arch in Architecture::ALL {
-            let config = ModelConfig::tiny(arch);
+        for config in tiny_models() {
+            let arch = describe(&config);
             device.seed(5);
             let model = perturb(config.init(direction, &device), 0.3, 5);
             let ids = tokens(4, batch, len, config.vocab_size);
