@@ -16,6 +16,8 @@
 //!   perplexity over FLASH's, above 1 over every seed pair, per context.
 //! - **F6** chunking costs the GAU less than the Transformer (`table5`): (MC-TFM++ / Transformer++)
 //!   / (FLASH / FLASH-Quad) in final perplexity, above 1 over every combination of seeds.
+//! - **F7** GAU stacks are competitive with the Transformer at every size (`fig3`): per size,
+//!   FLASH-Quad's final perplexity over Transformer++'s is not entirely above 1.
 //! - **F8** each layer's default is locally optimal (`table1` for the GAU, `table2` for
 //!   Transformer++): per context, no ablation's final perplexity is clearly below the default's
 //!   (its range over seed pairs below 1).
@@ -364,6 +366,51 @@ fn chunking_claims(results: &Path) -> Vec<Claim> {
         .collect()
 }
 
+/// F7 from `fig3`: FLASH-Quad against Transformer++ at every size, one row per context.
+fn size_claims(results: &Path) -> Vec<Claim> {
+    let paper = "GAU stacks competitive with MHSA + MLP and MHSA + GLU at every size (Figure 3)";
+    let claim =
+        "FLASH-Quad's perplexity is within seed spread of Transformer++'s or better at every size";
+    let dir = results.join("fig3");
+    let loaded = read_rows(&dir).and_then(|rows| Ok((rows, saved_config(&dir)?)));
+    let (rows, config) = match loaded {
+        Ok(x) => x,
+        Err(e) => return vec![missing("F7", claim, "fig3", paper, e)],
+    };
+    let contexts: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.context).collect();
+    let mut claims = Vec::new();
+    for c in contexts {
+        let sizes = match crate::scaling::sized_models(&config, c) {
+            Ok(models) => crate::scaling::gau_vs_transformer(&rows, &models, c),
+            Err(e) => return vec![missing("F7", claim, "fig3", paper, e)],
+        };
+        if sizes.is_empty() {
+            continue;
+        }
+        let refuted = sizes.iter().any(|s| s.verdict() == Verdict::Refuted);
+        let ours: Vec<String> = sizes
+            .iter()
+            .map(|s| format!("{:.2}M: {}×", s.gau.params as f64 / 1e6, s.ratio.show(3)))
+            .collect();
+        claims.push(Claim {
+            id: "F7",
+            claim: format!("{claim} (causal LM, context {c})"),
+            source: "[fig3](fig3/table.md)".into(),
+            ours: format!(
+                "FLASH-Quad / Transformer++ final perplexity by size: {}",
+                ours.join("; ")
+            ),
+            paper,
+            verdict: Some(if refuted {
+                Verdict::Refuted
+            } else {
+                Verdict::Reproduced
+            }),
+        });
+    }
+    claims
+}
+
 /// F8 from `table1` (GAU) and `table2` (Transformer++): the default layer against its ablations.
 fn layer_ablation_claims(results: &Path) -> Vec<Claim> {
     let paper = "every change to the default GAU (Table 1) or Transformer++ (Table 2) hurts";
@@ -487,6 +534,7 @@ pub fn write(results: &Path) -> Result<()> {
     claims.extend(speedup_claims(results, "table3", "F4", "flash", f4_pg19));
     claims.extend(ablation_claims(results));
     claims.extend(chunking_claims(results));
+    claims.extend(size_claims(results));
     claims.extend(layer_ablation_claims(results));
     claims.extend(chunk_size_claims(results));
     let mut md = String::from(

@@ -43,6 +43,7 @@ builtin_configs!(
     "fig8",
     "table1",
     "table2",
+    "fig3",
     "gqa_fig6",
     "gqa_table1",
     "gqa_fig4",

@@ -59,6 +59,10 @@ pub enum SweepTable {
     /// over the baseline's (the default layer), with the verdict on "the default is the best or
     /// within its seed spread" (F8).
     Ablation,
+    /// Also perplexity against model size (Figure 3; [`crate::scaling`]): each family's final
+    /// perplexity per size, FLASH-Quad against Transformer++ per size (F7), and a chart against
+    /// parameters.
+    Scaling,
 }
 
 /// One sweep, one file per scale under `experiments/configs/<id>/`.
@@ -192,6 +196,7 @@ fn paper_table(id: &str) -> String {
         "fig8" => "FLASH Figure 8 (chunk sizes)".into(),
         "table1" => "FLASH Table 1 (GAU ablations)".into(),
         "table2" => "FLASH Table 2 (Transformer++ ablations)".into(),
+        "fig3" => "FLASH Figure 3 (GAU against the Transformer across model sizes)".into(),
         other => format!("`{other}`"),
     }
 }
@@ -854,6 +859,10 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
         SweepTable::Speedup => {}
         SweepTable::ChunkingLoss => body += &chunking_table(&rows, &all),
         SweepTable::Ablation => body += &ablation_table(&rows, &config),
+        SweepTable::Scaling => {
+            body += &crate::scaling::section(&rows, &config)?;
+            crate::scaling::charts(out, &rows, &config)?;
+        }
     }
     md += &body;
     let objective = match config.objective {

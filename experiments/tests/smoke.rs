@@ -471,3 +471,38 @@ fn table1_and_table2_smoke_and_their_claims() {
     assert!(!out.exists(), "nothing written for a refused configuration");
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// fig3 trains three families at three sizes; `table.md` lists each model's parameters and the
+/// FLASH-Quad / Transformer++ ratio per size, the chart against parameters is drawn, and `claims`
+/// computes F7 over every size.
+#[test]
+fn fig3_smoke_and_its_claim() {
+    use experiments::lm_sweep;
+    let root = std::env::temp_dir().join(format!("fig3-smoke-{}", std::process::id()));
+    let corpus = root.join("corpus");
+    tiny_corpus(&corpus);
+    let data_dir = format!("data_dir=\"{}\"", corpus.display());
+    let results = root.join("results");
+    lm_sweep::run(
+        cli("fig3", &results.join("fig3"), &["--set", data_dir.as_str()]),
+        &|_| include_str!("../configs/fig3/smoke.toml"),
+    )
+    .unwrap();
+    let out = results.join("fig3");
+    assert!(out.join("size_16.png").exists() && out.join("size_16.svg").exists());
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+    let sizes: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("| 16 | ") && l.contains(" / "))
+        .collect();
+    assert_eq!(sizes.len(), 3, "one F7 row per size: {table}");
+    // The smallest size first: d = 16, one block (2 GAU layers) against d = 32 x 2 and 48 x 2.
+    assert!(sizes[0].contains("d_model = 16"), "{table}");
+    experiments::claims::write(&results).unwrap();
+    let claims = std::fs::read_to_string(results.join("claims.md")).unwrap();
+    let f7: Vec<&str> = claims.lines().filter(|l| l.starts_with("| F7 |")).collect();
+    assert_eq!(f7.len(), 1, "{claims}");
+    assert_eq!(f7[0].matches("M: ").count(), 3, "{}", f7[0]);
+    assert!(!f7[0].contains("no verdict"), "{}", f7[0]);
+    std::fs::remove_dir_all(&root).unwrap();
+}
