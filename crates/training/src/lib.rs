@@ -2,6 +2,7 @@
 //! provenance and atomic result files.
 
 pub mod device;
+pub mod lm_qa_task;
 pub mod lm_task;
 pub mod optimizer;
 pub mod provenance;
