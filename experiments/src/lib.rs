@@ -8,6 +8,7 @@ pub mod gqa_decode;
 pub mod gqa_pipeline;
 pub mod latency;
 pub mod lm_sweep;
+pub mod qa_finetune;
 pub mod run_store;
 pub mod scaling;
 pub mod verdict;
@@ -145,6 +146,9 @@ fn about(id: &str) -> &'static str {
         "table5" => "FLASH Table 5: the perplexity lost by chunking",
         "fig8" => "FLASH Fig. 8: FLASH's chunk size against quality and cost",
         "fig3" => "FLASH Fig. 3: GAU against the Transformer across model sizes",
+        "table4" => {
+            "FLASH Table 4: pre-trained LMs fine-tuned on question answering (F1 / EM, cost)"
+        }
         "table1" => "FLASH Table 1: the GAU's ablations (scoring, heads, gate, s, e, bias, RoPE)",
         "table2" => "FLASH Table 2: Transformer++'s ablations (relu², heads, GLU vs MLP)",
         "gqa_fig6" => "GQA Fig. 6: decoding time per sample against the number of K/V groups",

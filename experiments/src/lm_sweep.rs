@@ -214,28 +214,14 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     for &context in &config.contexts {
         split_batch(config.tokens_per_batch, context, devices.len())?;
     }
-    let spec = registry::lookup(&config.dataset)?;
     let models = sweep_models(&config)?;
-    let tokenizer: TokenizerSpec = config.tokenizer.parse()?;
-    let source = SourceOptions {
-        data_dir: (!config.data_dir.is_empty()).then(|| config.data_dir.clone().into()),
-        ..SourceOptions::default()
-    };
-    let train_files = split_files(spec, Split::Train, &source)?;
-    let eval_files = split_files(spec, Split::Validation, &source)?;
-    let tok = tokenize::load(
-        &tokenizer,
-        spec.name,
-        &source.local_root.join("tokenizers"),
-        || {
-            let docs = data::source::ExampleStream::open_at(
-                spec,
-                train_files.clone(),
-                Default::default(),
-            )?;
-            Ok(Box::new(docs.filter_map(Result::ok).map(|e| e.all_text())))
-        },
-    )?;
+    let data = sweep_data(&config)?;
+    let LmData {
+        spec,
+        train_files,
+        eval_files,
+        tok,
+    } = data.clone();
     let tok_description = tok.description.clone();
     // Every run's model configuration resolves and is consistent before anything is written.
     for &context in &config.contexts {
@@ -260,27 +246,14 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     for &context in &config.contexts {
         for m in &models {
             for &seed in &m.seeds {
-                let (batch, device_batch) =
-                    split_batch(config.tokens_per_batch, context, devices.len())?;
-                let eval_windows = (config.eval_tokens / context).max(1);
-                let tok = tok.clone();
-                let model_config = run_model_config(&config, m, context, tok.vocab_size())?;
-                let train_config = run_train_config(&config, seed);
-                // What the run's results depend on, and nothing else: its name in the store.
-                let mut train_json = serde_json::to_value(&train_config)?;
-                train_json
-                    .as_object_mut()
-                    .map(|t| t.remove("checkpoint_every"));
-                let mut identity = serde_json::json!({
-                    "objective": config.objective, "dataset": spec.name, "data_dir": config.data_dir,
-                    "tokenizer": tok_description, "model": model_identity(&model_config)?, "context": context,
-                    "batch": batch, "train": train_json, "eval_windows": eval_windows,
-                });
-                // Named only when more than one: a run resumes only on the device count it
-                // started with (its device-hours count them).
-                if devices.len() > 1 {
-                    identity["devices"] = devices.len().into();
-                }
+                let RunSpec {
+                    model_config,
+                    train_config,
+                    batch,
+                    device_batch,
+                    eval_windows,
+                    identity,
+                } = run_spec(&config, m, (context, seed), &data, devices.len())?;
                 let run_dir = run_store::run_dir(&cli.store, m.arch.name(), context, &identity);
                 run_store::claim(&run_dir, &identity)?;
                 let run_name = run_dir
@@ -302,12 +275,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                                 .train_flops_per_step(batch * config.grad_accum, context),
                             label,
                         };
-                        let data = LmData {
-                            spec,
-                            train_files: train_files.clone(),
-                            eval_files: eval_files.clone(),
-                            tok,
-                        };
+                        let data = data.clone();
                         let windows = eval_windows;
                         let outcome = match config.objective {
                             Objective::Causal => {
@@ -344,16 +312,127 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             }
         }
     }
-    let data = LmData {
-        spec,
-        train_files,
-        eval_files,
-        tok,
-    };
     calibrate_step_times(&config, &models, &data, &devices, &cli.out)?;
     render(&cli.out, &table, Some(&config))?;
     eprintln!("wrote {} ({})", cli.out.display(), provenance.device);
     Ok(())
+}
+
+/// The data of a sweep: the dataset's train and validation files and the tokenizer (trained on
+/// the train split and saved under `tokenizers/` the first time).
+pub fn sweep_data(config: &LmSweepConfig) -> Result<LmData> {
+    let spec = registry::lookup(&config.dataset)?;
+    let tokenizer: TokenizerSpec = config.tokenizer.parse()?;
+    let source = SourceOptions {
+        data_dir: (!config.data_dir.is_empty()).then(|| config.data_dir.clone().into()),
+        ..SourceOptions::default()
+    };
+    let train_files = split_files(spec, Split::Train, &source)?;
+    let eval_files = split_files(spec, Split::Validation, &source)?;
+    let tok = tokenize::load(
+        &tokenizer,
+        spec.name,
+        &source.local_root.join("tokenizers"),
+        || {
+            let docs = data::source::ExampleStream::open_at(
+                spec,
+                train_files.clone(),
+                Default::default(),
+            )?;
+            Ok(Box::new(docs.filter_map(Result::ok).map(|e| e.all_text())))
+        },
+    )?;
+    Ok(LmData {
+        spec,
+        train_files,
+        eval_files,
+        tok,
+    })
+}
+
+/// How one run of a sweep trains, and its identity in the run store.
+struct RunSpec {
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    /// Sequences per step, and per device.
+    batch: usize,
+    device_batch: usize,
+    eval_windows: usize,
+    /// What the run's results depend on, and nothing else: its name in the store.
+    identity: serde_json::Value,
+}
+
+/// The [`RunSpec`] of `m`'s run at (`context`, `seed`) on `devices` devices.
+fn run_spec(
+    config: &LmSweepConfig,
+    m: &SweepModel,
+    (context, seed): (usize, u64),
+    data: &LmData,
+    devices: usize,
+) -> Result<RunSpec> {
+    let (batch, device_batch) = split_batch(config.tokens_per_batch, context, devices)?;
+    let eval_windows = (config.eval_tokens / context).max(1);
+    let model_config = run_model_config(config, m, context, data.tok.vocab_size())?;
+    let train_config = run_train_config(config, seed);
+    let mut train_json = serde_json::to_value(&train_config)?;
+    train_json
+        .as_object_mut()
+        .map(|t| t.remove("checkpoint_every"));
+    let mut identity = serde_json::json!({
+        "objective": config.objective, "dataset": data.spec.name, "data_dir": config.data_dir,
+        "tokenizer": data.tok.description, "model": model_identity(&model_config)?, "context": context,
+        "batch": batch, "train": train_json, "eval_windows": eval_windows,
+    });
+    // Named only when more than one: a run resumes only on the device count it started with (its
+    // device-hours count them).
+    if devices > 1 {
+        identity["devices"] = devices.into();
+    }
+    Ok(RunSpec {
+        model_config,
+        train_config,
+        batch,
+        device_batch,
+        eval_windows,
+        identity,
+    })
+}
+
+/// One run of a sweep in the store.
+#[derive(Clone, Debug)]
+pub struct StoredRun {
+    /// The model's name in the sweep.
+    pub model: String,
+    pub seed: u64,
+    pub context: usize,
+    /// The model as the run built it.
+    pub model_config: ModelConfig,
+    /// `<store>/<arch>-<context>-<hash>`.
+    pub dir: std::path::PathBuf,
+}
+
+/// Every run of `config` at `context` (every model and its seeds) with its directory in `store`
+/// on `devices` devices, whether trained yet or not.
+pub fn stored_runs(
+    config: &LmSweepConfig,
+    data: &LmData,
+    (store, devices): (&Path, usize),
+    context: usize,
+) -> Result<Vec<StoredRun>> {
+    let mut out = Vec::new();
+    for m in sweep_models(config)? {
+        for &seed in &m.seeds {
+            let spec = run_spec(config, &m, (context, seed), data, devices)?;
+            out.push(StoredRun {
+                model: m.name.clone(),
+                seed,
+                context,
+                dir: run_store::run_dir(store, m.arch.name(), context, &spec.identity),
+                model_config: spec.model_config,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// The model configuration of `m`'s runs at `context`: the preset, the sweep's `set`, then the
@@ -551,7 +630,7 @@ impl TimedTask {
 }
 
 /// The calibration's file in a sweep's output directory.
-const STEP_TIMES: &str = "step_times.csv";
+pub const STEP_TIMES: &str = "step_times.csv";
 
 /// The sweep's step-time calibration, if it has one.
 pub fn read_step_times(out: &Path) -> Result<Option<Vec<StepTime>>> {
@@ -683,7 +762,7 @@ fn split_batch(tokens_per_batch: usize, context: usize, devices: usize) -> Resul
     Ok((batch, batch / devices))
 }
 
-fn write_rows(out: &Path, rows: &[SweepRow]) -> Result<()> {
+pub fn write_rows(out: &Path, rows: &[SweepRow]) -> Result<()> {
     let mut text = SweepRow::header();
     text.push('\n');
     for r in rows {

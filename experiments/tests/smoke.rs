@@ -506,3 +506,85 @@ fn fig3_smoke_and_its_claim() {
     assert!(!f7[0].contains("no verdict"), "{}", f7[0]);
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// A tiny QA set in `shakespeare_speaker_qa`'s layout (question, context, answers list).
+fn tiny_qa(dir: &std::path::Path) {
+    use arrow_array::builder::{ListBuilder, StringBuilder};
+    for split in ["train", "validation"] {
+        let n = 6;
+        let mut answers = ListBuilder::new(StringBuilder::new());
+        for i in 0..n {
+            answers
+                .values()
+                .append_value(if i % 2 == 0 { "HAMLET" } else { "OPHELIA" });
+            answers.append(true);
+        }
+        let column = |f: &dyn Fn(usize) -> String| {
+            std::sync::Arc::new(arrow_array::StringArray::from_iter_values((0..n).map(f)))
+                as arrow_array::ArrayRef
+        };
+        data::corpus::write_parquet(
+            &dir.join(format!("speaker_qa/{split}-00000-of-00001.parquet")),
+            vec![
+                ("question", column(&|i| format!("Who says line {i}?"))),
+                (
+                    "context",
+                    column(&|i| format!("{split} HAMLET. To be. OPHELIA. Line {i}.")),
+                ),
+                ("answers", std::sync::Arc::new(answers.finish())),
+            ],
+        )
+        .unwrap();
+    }
+}
+
+/// table4 pre-trains (table3's smoke models at its context), fine-tunes each run on QA, scores
+/// greedy answers, times both steps, renders `table.md` with F9, and `claims` computes F9; a
+/// second run reuses every pre-training and fine-tuning run.
+#[test]
+fn table4_smoke_and_its_claim() {
+    let root = std::env::temp_dir().join(format!("table4-smoke-{}", std::process::id()));
+    let corpus = root.join("corpus");
+    tiny_corpus(&corpus);
+    tiny_qa(&corpus);
+    let results = root.join("results");
+    let out = results.join("table4");
+    let qa_dir = format!("data_dir=\"{}\"", corpus.display());
+    let lm_dir = format!("pretrain_set.data_dir=\"{}\"", corpus.display());
+    let run = || {
+        let mut cli = cli("table4", &out, &["--set", &qa_dir, "--set", &lm_dir]);
+        cli.store = root.join("store");
+        experiments::qa_finetune::run(cli, &|_| include_str!("../configs/table4/smoke.toml"))
+    };
+    run().unwrap();
+    let scores = std::fs::read_to_string(out.join("scores.csv")).unwrap();
+    // 3 models × 1 seed (smoke).
+    assert_eq!(scores.lines().count(), 1 + 3, "{scores}");
+    for f in [
+        "table.md",
+        "metrics.csv",
+        "finetune_step_times.csv",
+        "config.json",
+        "env.json",
+    ] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+    assert!(out.join("pretrain/step_times.csv").exists());
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert!(
+        table.contains("F9 (flash against transformer_plus)"),
+        "{table}"
+    );
+    experiments::claims::write(&results).unwrap();
+    let claims = std::fs::read_to_string(results.join("claims.md")).unwrap();
+    let f9: Vec<&str> = claims.lines().filter(|l| l.starts_with("| F9 |")).collect();
+    assert_eq!(f9.len(), 1, "{claims}");
+    assert!(!f9[0].contains("no verdict"), "{}", f9[0]);
+    // Everything is reused the second time: the scores do not change.
+    run().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(out.join("scores.csv")).unwrap(),
+        scores
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -1,0 +1,550 @@
+//! FLASH Table 4: fine-tuning pre-trained causal LMs on question answering (TriviaQA in the paper;
+//! the offline extractive task `shakespeare_speaker_qa` at cpu scale), scored with TriviaQA's F1 /
+//! EM, with the cost of pre-training and of fine-tuning per model.
+//!
+//! The pre-trained models are the runs of another LM sweep (`pretrain`, e.g. `table3`) at one
+//! context: table4 first runs that sweep restricted to its models and that context (into
+//! `<out>/pretrain/`: every run trained or reused from the run store, its step times calibrated,
+//! its table rendered), then fine-tunes each run's final weights (`<run>/checkpoint/model.bpk`;
+//! the store commits metrics, not weights, so a run trained on another machine must be trained
+//! again here, see the error) into `<store>/<arch>_qa-<context>-<hash>/`, generates answers
+//! greedily for the held-out questions, scores them, and times every model's fine-tuning step
+//! round-robin in one session.
+//!
+//! Claim F9 ([`f9`]): the claimed model's F1 is within the seed spread of the baseline's or better
+//! (the F1 difference over seed pairs not entirely below 0) at lower cost (the pre-training
+//! step-time ratio baseline / model above 1 over the calibration's interquartile range).
+
+use std::path::Path;
+
+use anyhow::{Context, Result, anyhow, bail};
+use burn::module::Module;
+use model::{Direction, LanguageModel};
+use serde::{Deserialize, Serialize};
+use training::lm_qa_task::{LmQaFormat, LmQaTask, greedy_answers};
+use training::lm_task::LmData;
+use training::optimizer::OptimizerConfig;
+use training::schedule::{Decay, Schedule};
+use training::trainer::{MetricsRow, RunOptions, Stepper, TrainConfig, stop_on_ctrl_c, train};
+use training::write_json;
+
+use crate::lm_sweep::{LmSweepConfig, StoredRun, stored_runs, sweep_data};
+use crate::verdict::{Spread, StepTime, SweepRow, Verdict};
+use crate::{Cli, Profile, configs, run_store};
+
+/// `experiments/configs/table4/<profile>.toml`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Table4Config {
+    pub description: String,
+    /// The LM sweep whose runs are the pre-trained models (its config of the same profile).
+    pub pretrain: String,
+    /// Fields of the pre-training sweep's config changed (as its `--set` would), e.g.
+    /// `{ data_dir = "..." }`.
+    #[serde(default)]
+    pub pretrain_set: toml::Table,
+    /// The pre-training context whose runs are fine-tuned (the QA sequences are at most this long).
+    pub context: usize,
+    /// The models fine-tuned, by their names in the pre-training sweep (every seed of each).
+    pub models: Vec<String>,
+    /// The model the others are compared with (the paper: Transformer+).
+    pub baseline: String,
+    /// The model of claim F9 (the paper: FLASH).
+    pub claimed: String,
+    /// The QA dataset (`datasets list`), and a directory with its files (empty: the default).
+    pub dataset: String,
+    pub data_dir: String,
+    /// Answer tokens trained and generated at most, EOS included.
+    pub answer_length: usize,
+    /// Examples per fine-tuning step.
+    pub batch: usize,
+    /// Fine-tuning steps.
+    pub steps: usize,
+    pub optimizer: OptimizerConfig,
+    pub peak_lr: f64,
+    pub warmup_steps: usize,
+    pub decay: Decay,
+    /// Evaluate the held-out answer loss every this many steps.
+    pub eval_every: usize,
+    /// Held-out questions: the first this many of the validation split (loss, answers, scores).
+    pub eval_examples: usize,
+    /// Fine-tuning step-time calibration: timed rounds after one untimed round, every model in
+    /// turn (default 9, as the LM sweeps').
+    pub timing_rounds: usize,
+}
+
+/// One fine-tuned run's scores: a row of `scores.csv`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScoreRow {
+    pub model: String,
+    pub seed: u64,
+    /// The pre-training run and the fine-tuning run in the store.
+    pub pretrain_run: String,
+    pub finetune_run: String,
+    /// The pre-training run's final held-out perplexity.
+    pub pretrain_ppl: f64,
+    /// Held-out answer loss after fine-tuning.
+    pub eval_loss: f64,
+    /// TriviaQA F1 and EM (×100) over `n` held-out questions.
+    pub f1: f64,
+    pub exact_match: f64,
+    pub n: usize,
+}
+
+const SCORES: &str = "scores.csv";
+const FT_STEP_TIMES: &str = "finetune_step_times.csv";
+
+fn dir_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The pre-training sweep's command line: `pretrain`'s config of this profile restricted to the
+/// fine-tuned models and the context, into `<out>/pretrain`.
+fn pretrain_cli(cli: &Cli, config: &Table4Config) -> Result<Cli> {
+    let Some(&id) = configs::IDS.iter().find(|&&i| i == config.pretrain) else {
+        bail!(
+            "pretrain = `{}` is not an experiment with configs; known: {}",
+            config.pretrain,
+            configs::IDS.join(", ")
+        );
+    };
+    let list = |names: &[String]| {
+        let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+        format!("[{}]", quoted.join(", "))
+    };
+    Ok(Cli {
+        id,
+        profile: cli.profile,
+        backend: cli.backend,
+        devices: cli.devices,
+        config: None,
+        sets: [
+            ("contexts".to_string(), format!("[{}]", config.context)),
+            (
+                "claimed_faster".into(),
+                list(std::slice::from_ref(&config.claimed)),
+            ),
+            ("baseline".into(), format!("\"{}\"", config.baseline)),
+        ]
+        .into_iter()
+        .chain(
+            config
+                .pretrain_set
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_string())),
+        )
+        .collect(),
+        out: cli.out.join("pretrain"),
+        store: cli.store.clone(),
+        report_only: cli.report_only,
+    })
+}
+
+fn builtin_of(id: &'static str) -> impl Fn(Profile) -> &'static str {
+    move |p| configs::builtin(id, p).expect("an experiment of configs::IDS")
+}
+
+/// The fine-tuning schedule of every run, with `seed`.
+fn train_config(config: &Table4Config, seed: u64) -> TrainConfig {
+    TrainConfig {
+        steps: config.steps,
+        optimizer: config.optimizer,
+        schedule: Schedule {
+            peak_lr: config.peak_lr,
+            warmup_steps: config.warmup_steps,
+            decay: config.decay,
+        },
+        grad_accum: 1,
+        clip_norm: None,
+        eval_every: config.eval_every,
+        checkpoint_every: 0,
+        seed,
+    }
+}
+
+/// The pre-trained model of `run`, from its final checkpoint.
+fn pretrained(run: &StoredRun, device: &burn::tensor::Device) -> Result<LanguageModel> {
+    let weights = run.dir.join("checkpoint/model.bpk");
+    if !weights.exists() {
+        bail!(
+            "the pre-trained weights of {} are not on this machine (the run store commits metrics, not weights); delete {} and run again to train it here",
+            run.dir.display(),
+            run.dir.join("metrics.csv").display()
+        );
+    }
+    Ok(run
+        .model_config
+        .init(Direction::Causal, device)
+        .load_file(weights))
+}
+
+pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
+    if cli.report_only {
+        return render(&cli.out);
+    }
+    let config: Table4Config = cli.load_config(builtin)?;
+    if !config.models.contains(&config.baseline) || !config.models.contains(&config.claimed) {
+        bail!(
+            "baseline `{}` and claimed `{}` must be among models {:?}",
+            config.baseline,
+            config.claimed,
+            config.models
+        );
+    }
+    let devices = cli.train_devices()?;
+    let device = devices[0].clone();
+    // 1. The pre-training runs (trained, or reused from the store) and their step times.
+    let pre_cli = pretrain_cli(&cli, &config)?;
+    let pre_builtin = builtin_of(pre_cli.id);
+    let pre_config: LmSweepConfig = pre_cli.load_config(&pre_builtin)?;
+    crate::lm_sweep::run(pre_cli, &pre_builtin)?;
+    let lm_data = sweep_data(&pre_config)?;
+    let runs: Vec<StoredRun> = stored_runs(
+        &pre_config,
+        &lm_data,
+        (&cli.store, devices.len()),
+        config.context,
+    )?
+    .into_iter()
+    .filter(|r| config.models.contains(&r.model))
+    .collect();
+    for m in &config.models {
+        if !runs.iter().any(|r| &r.model == m) {
+            bail!("`{m}` is not a model of {}'s sweep", config.pretrain);
+        }
+    }
+    // 2. Fine-tuning data: the QA set with the pre-training tokenizer.
+    let spec = data::registry::lookup(&config.dataset)?;
+    let source = data::source::SourceOptions {
+        data_dir: (!config.data_dir.is_empty()).then(|| config.data_dir.clone().into()),
+        ..Default::default()
+    };
+    let qa_data = LmData {
+        spec,
+        train_files: data::source::split_files(spec, data::registry::Split::Train, &source)?,
+        eval_files: data::source::split_files(spec, data::registry::Split::Validation, &source)?,
+        tok: lm_data.tok.clone(),
+    };
+    let format = LmQaFormat {
+        context: config.context,
+        answer_length: config.answer_length,
+    };
+    std::fs::create_dir_all(&cli.out)?;
+    let provenance = cli.save_provenance(&config)?;
+    let stop = stop_on_ctrl_c();
+    let mut scores: Vec<ScoreRow> = Vec::new();
+    let mut metrics: Vec<SweepRow> = Vec::new();
+    for r in &runs {
+        let train_cfg = train_config(&config, r.seed);
+        let identity = serde_json::json!({
+            "pretrained": dir_name(&r.dir), "dataset": spec.name, "format": format,
+            "batch": config.batch, "train": train_cfg, "eval_examples": config.eval_examples,
+        });
+        let ft_dir = run_store::run_dir(
+            &cli.store,
+            &format!("{}_qa", r.model_config.arch.name()),
+            config.context,
+            &identity,
+        );
+        run_store::claim(&ft_dir, &identity)?;
+        let label = format!("{} QA fine-tuning, seed {}", r.model, r.seed);
+        let mut task = LmQaTask::new(qa_data.clone(), format, config.batch, config.eval_examples)?;
+        let scores_path = ft_dir.join("scores.json");
+        let row: ScoreRow = match std::fs::read(&scores_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .with_context(|| format!("malformed {}", scores_path.display()))?,
+            Err(_) => {
+                let model = pretrained(r, &device)?;
+                let opts = RunOptions {
+                    stop: stop.clone(),
+                    flops_per_step: 0.0,
+                    label: label.clone(),
+                };
+                let outcome = train(&train_cfg, model, &mut task, &devices, &ft_dir, &opts)?;
+                write_json(&ft_dir.join("env.json"), &provenance)?;
+                if outcome.interrupted {
+                    bail!(
+                        "interrupted; run the same command again to resume {}",
+                        ft_dir.display()
+                    );
+                }
+                eprintln!("{label}: generating {} answers", task.eval_examples().len());
+                let model = outcome.model.valid();
+                let inner = device.clone().without_autodiff();
+                let answers = greedy_answers(
+                    &model,
+                    task.eval_examples(),
+                    (config.batch, config.answer_length),
+                    task.tokenizer(),
+                    &inner,
+                )?;
+                let score = metrics::triviaqa::corpus(
+                    task.eval_examples().iter().zip(&answers).map(|(e, a)| {
+                        (
+                            Some(a.as_str()),
+                            e.references.iter().map(String::as_str).collect(),
+                        )
+                    }),
+                );
+                let predictions: Vec<serde_json::Value> = task
+                    .eval_examples()
+                    .iter()
+                    .zip(&answers)
+                    .map(|(e, a)| serde_json::json!({"prediction": a, "answers": e.references}))
+                    .collect();
+                write_json(&ft_dir.join("predictions.json"), &predictions)?;
+                let pretrain_ppl = read_final_ppl(&r.dir)?;
+                let row = ScoreRow {
+                    model: r.model.clone(),
+                    seed: r.seed,
+                    pretrain_run: dir_name(&r.dir),
+                    finetune_run: dir_name(&ft_dir),
+                    pretrain_ppl,
+                    eval_loss: outcome.rows.last().map_or(f64::NAN, |m| m.eval_loss),
+                    f1: score.f1,
+                    exact_match: score.exact_match,
+                    n: score.n,
+                };
+                write_json(&scores_path, &row)?;
+                row
+            }
+        };
+        eprintln!("{label}: F1 {:.2}, EM {:.2}", row.f1, row.exact_match);
+        metrics.extend(read_metrics(&ft_dir)?.into_iter().map(|m| SweepRow {
+            model: r.model.clone(),
+            context: config.context,
+            seed: r.seed,
+            run: row.finetune_run.clone(),
+            metrics: m,
+        }));
+        scores.push(row);
+        crate::write_csv(&cli.out.join(SCORES), &scores)?;
+    }
+    // `metrics.csv`: the fine-tuning runs' evaluations, in the LM sweeps' layout.
+    crate::lm_sweep::write_rows(&cli.out, &metrics)?;
+    // 3. Every model's fine-tuning step timed in turn, in this session.
+    calibrate_finetune(&config, &runs, &qa_data, format, &devices, &cli.out)?;
+    render(&cli.out)?;
+    eprintln!("wrote {} ({})", cli.out.display(), provenance.device);
+    Ok(())
+}
+
+fn read_metrics(dir: &Path) -> Result<Vec<MetricsRow>> {
+    let path = dir.join("metrics.csv");
+    csv::Reader::from_path(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("malformed {}", path.display()))
+}
+
+fn read_final_ppl(dir: &Path) -> Result<f64> {
+    read_metrics(dir)?
+        .last()
+        .map(|m| m.eval_ppl)
+        .ok_or_else(|| anyhow!("{} has no evaluations", dir.display()))
+}
+
+/// One untimed and `timing_rounds` timed fine-tuning steps of every model (first seed), in turn.
+fn calibrate_finetune(
+    config: &Table4Config,
+    runs: &[StoredRun],
+    data: &LmData,
+    format: LmQaFormat,
+    devices: &[burn::tensor::Device],
+    out: &Path,
+) -> Result<()> {
+    let mut steppers = Vec::new();
+    for m in &config.models {
+        let Some(r) = runs.iter().find(|r| &r.model == m) else {
+            continue;
+        };
+        let task = LmQaTask::new(data.clone(), format, config.batch, 1)?;
+        let model = r.model_config.init(Direction::Causal, &devices[0]);
+        let cfg = train_config(config, r.seed);
+        steppers.push((m.clone(), Stepper::new(&cfg, model, task, devices)?));
+    }
+    let mut times = Vec::new();
+    for round in 0..=config.timing_rounds {
+        for (name, stepper) in steppers.iter_mut() {
+            let (seconds, _) = stepper.step()?;
+            if round > 0 {
+                times.push(StepTime {
+                    model: name.clone(),
+                    context: config.context,
+                    round,
+                    seconds,
+                    config: String::new(),
+                });
+            }
+        }
+        eprintln!(
+            "fine-tuning step-time round {round}/{}",
+            config.timing_rounds
+        );
+    }
+    crate::write_csv(&out.join(FT_STEP_TIMES), &times)
+}
+
+fn read_csv<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    csv::Reader::from_path(path)
+        .with_context(|| format!("cannot read {}: run the experiment first", path.display()))?
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("malformed {}", path.display()))
+}
+
+/// Per round, `baseline`'s step seconds over `model`'s, as interquartile spread (above 1: the
+/// model's step is cheaper).
+fn step_ratio(times: &[StepTime], baseline: &str, model: &str) -> Option<Spread> {
+    let of = |m: &str| -> Vec<f64> {
+        times
+            .iter()
+            .filter(|t| t.model == m)
+            .map(|t| t.seconds)
+            .collect()
+    };
+    let (b, m) = (of(baseline), of(model));
+    (!b.is_empty() && b.len() == m.len()).then(|| {
+        let ratios: Vec<f64> = b.iter().zip(&m).map(|(b, m)| b / m).collect();
+        Spread::quartiles(&ratios)
+    })
+}
+
+/// Claim F9 from a table4 directory.
+#[derive(Clone, Debug)]
+pub struct F9 {
+    pub claimed: String,
+    pub baseline: String,
+    /// F1 of each (mean, range over seeds).
+    pub f1: (Spread, Spread),
+    /// Claimed − baseline F1 over every seed pair (mean of differences of the means).
+    pub f1_diff: Spread,
+    /// Step-time ratios baseline / claimed, pre-training and fine-tuning.
+    pub pretrain_cost: Spread,
+    pub finetune_cost: Spread,
+    pub verdict: Verdict,
+}
+
+/// F9 from `out`'s `config.json`, `scores.csv` and the two step-time calibrations.
+pub fn f9(out: &Path) -> Result<F9> {
+    let config: Table4Config = serde_json::from_slice(
+        &std::fs::read(out.join("config.json"))
+            .with_context(|| format!("cannot read {}", out.join("config.json").display()))?,
+    )?;
+    let scores: Vec<ScoreRow> = read_csv(&out.join(SCORES))?;
+    let pre: Vec<StepTime> = read_csv(&out.join("pretrain").join(crate::lm_sweep::STEP_TIMES))?;
+    let ft: Vec<StepTime> = read_csv(&out.join(FT_STEP_TIMES))?;
+    let f1_of = |m: &str| -> Vec<f64> {
+        scores
+            .iter()
+            .filter(|s| s.model == m)
+            .map(|s| s.f1)
+            .collect()
+    };
+    let (c, b) = (f1_of(&config.claimed), f1_of(&config.baseline));
+    if c.is_empty() || b.is_empty() {
+        bail!(
+            "{} lacks {} or {}",
+            out.join(SCORES).display(),
+            config.claimed,
+            config.baseline
+        );
+    }
+    let diffs: Vec<f64> = c
+        .iter()
+        .flat_map(|x| b.iter().map(move |y| x - y))
+        .collect();
+    let (cs, bs) = (Spread::of(&c), Spread::of(&b));
+    let mut f1_diff = Spread::of(&diffs);
+    f1_diff.mean = cs.mean - bs.mean;
+    let missing = || {
+        anyhow!(
+            "no step times of {} and {}",
+            config.claimed,
+            config.baseline
+        )
+    };
+    let pretrain_cost = step_ratio(&pre, &config.baseline, &config.claimed).ok_or_else(missing)?;
+    let finetune_cost = step_ratio(&ft, &config.baseline, &config.claimed).ok_or_else(missing)?;
+    let verdict = if f1_diff.max < 0.0 || pretrain_cost.max < 1.0 {
+        Verdict::Refuted
+    } else if pretrain_cost.min > 1.0 {
+        Verdict::Reproduced
+    } else {
+        Verdict::Inconclusive
+    };
+    Ok(F9 {
+        claimed: config.claimed,
+        baseline: config.baseline,
+        f1: (cs, bs),
+        f1_diff,
+        pretrain_cost,
+        finetune_cost,
+        verdict,
+    })
+}
+
+/// `table.md` (and the README's generated block) from `out`'s files.
+pub fn render(out: &Path) -> Result<()> {
+    let config: Table4Config = serde_json::from_slice(
+        &std::fs::read(out.join("config.json"))
+            .with_context(|| format!("cannot read {}", out.join("config.json").display()))?,
+    )?;
+    let scores: Vec<ScoreRow> = read_csv(&out.join(SCORES))?;
+    let pre: Vec<StepTime> =
+        read_csv(&out.join("pretrain").join(crate::lm_sweep::STEP_TIMES)).unwrap_or_default();
+    let ft: Vec<StepTime> = read_csv(&out.join(FT_STEP_TIMES)).unwrap_or_default();
+    let b = &config.baseline;
+    let mut body = format!(
+        "Per model over its seeds (mean [min–max]): the pre-training run's final held-out perplexity; TriviaQA F1 and EM\n\
+         (×100) of greedy answers to {} held-out questions after {} fine-tuning steps; and the step-time ratios\n\
+         {b} / model (median [interquartile range] over the calibration rounds, pre-training from `pretrain/step_times.csv`,\n\
+         fine-tuning from `finetune_step_times.csv`; above 1: the model's step is cheaper).\n\n\
+         | model | seeds | pre-training ppl | F1 | EM | pre-training step ratio | fine-tuning step ratio |\n\
+         |---|---|---|---|---|---|---|\n",
+        config.eval_examples, config.steps
+    );
+    for m in &config.models {
+        let rows: Vec<&ScoreRow> = scores.iter().filter(|s| &s.model == m).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let of =
+            |f: fn(&ScoreRow) -> f64| Spread::of(&rows.iter().map(|r| f(r)).collect::<Vec<_>>());
+        let ratio = |times: &[StepTime]| {
+            step_ratio(times, b, m).map_or_else(|| "—".to_string(), |r| format!("{}×", r.show(2)))
+        };
+        body += &format!(
+            "| {m} | {} | {} | {} | {} | {} | {} |\n",
+            rows.len(),
+            of(|r| r.pretrain_ppl).show(2),
+            of(|r| r.f1).show(2),
+            of(|r| r.exact_match).show(2),
+            ratio(&pre),
+            ratio(&ft),
+        );
+    }
+    match f9(out) {
+        Ok(f) => {
+            body += &format!(
+                "\nF9 ({} against {}): F1 difference {} (over seed pairs), pre-training step ratio {}×, fine-tuning {}×: **{}**\n\
+                 (reproduced: the F1 difference not entirely below 0 and the pre-training step ratio above 1; refuted: F1\n\
+                 clearly lower or the step clearly dearer).\n",
+                f.claimed,
+                f.baseline,
+                f.f1_diff.show(2),
+                f.pretrain_cost.show(2),
+                f.finetune_cost.show(2),
+                f.verdict
+            );
+        }
+        Err(e) => body += &format!("\nF9: no verdict ({e:#}).\n"),
+    }
+    let md = format!("# FLASH Table 4: fine-tuning on question answering\n\n{body}");
+    training::write_atomic(&out.join("table.md"), md.as_bytes())?;
+    report::readme::fill(&out.join("README.md"), "table.md", &body)?;
+    Ok(())
+}
