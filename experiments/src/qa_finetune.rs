@@ -543,8 +543,54 @@ pub fn render(out: &Path) -> Result<()> {
         }
         Err(e) => body += &format!("\nF9: no verdict ({e:#}).\n"),
     }
+    body += "\n![held-out answer loss during fine-tuning](finetune_loss.png)\n";
+    finetune_chart(out, &config)?;
     let md = format!("# FLASH Table 4: fine-tuning on question answering\n\n{body}");
     training::write_atomic(&out.join("table.md"), md.as_bytes())?;
     report::readme::fill(&out.join("README.md"), "table.md", &body)?;
     Ok(())
+}
+
+/// `finetune_loss.png/.svg`: the held-out answer loss against fine-tuning steps, seed mean per model.
+fn finetune_chart(out: &Path, config: &Table4Config) -> Result<()> {
+    let rows = crate::lm_sweep::read_rows(out)?;
+    let series: Vec<report::Series> = config
+        .models
+        .iter()
+        .filter_map(|m| {
+            let mut steps: Vec<usize> = rows
+                .iter()
+                .filter(|r| &r.model == m)
+                .map(|r| r.metrics.step)
+                .collect();
+            steps.sort_unstable();
+            steps.dedup();
+            let points: Vec<(f64, f64)> = steps
+                .into_iter()
+                .map(|step| {
+                    let at: Vec<f64> = rows
+                        .iter()
+                        .filter(|r| &r.model == m && r.metrics.step == step)
+                        .map(|r| r.metrics.eval_loss)
+                        .collect();
+                    (step as f64, Spread::of(&at).mean)
+                })
+                .collect();
+            (!points.is_empty()).then(|| report::Series {
+                name: report::quality::display_name(m).to_string(),
+                points,
+            })
+        })
+        .collect();
+    report::LineChart {
+        title: format!(
+            "Fine-tuning on {}: held-out answer loss (seed mean)",
+            config.dataset
+        ),
+        x_label: "fine-tuning step".into(),
+        y_label: "answer cross-entropy (nats)".into(),
+        x_scale: report::Scale::Linear,
+        y_scale: report::Scale::Linear,
+    }
+    .save(&out.join("finetune_loss"), &series)
 }

@@ -563,6 +563,8 @@ fn table4_smoke_and_its_claim() {
     for f in [
         "table.md",
         "metrics.csv",
+        "scores.csv",
+        "finetune_loss.png",
         "finetune_step_times.csv",
         "config.json",
         "env.json",
