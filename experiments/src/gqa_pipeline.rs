@@ -122,11 +122,11 @@ impl StageConfig {
         TrainConfig {
             steps,
             optimizer: self.optimizer,
-            schedule: Schedule {
-                peak_lr: self.peak_lr,
-                warmup_steps: self.warmup_steps.min(steps.saturating_sub(1)),
-                decay: self.decay,
-            },
+            schedule: Schedule::new(
+                self.peak_lr,
+                self.warmup_steps.min(steps.saturating_sub(1)),
+                self.decay,
+            ),
             grad_accum: 1,
             clip_norm: None,
             eval_every: self.eval_every.min(steps).max(1),
@@ -200,9 +200,38 @@ pub struct PipelineConfig {
     /// `results/gqa_stages`, so the three figures rest on the same pre-trained models.
     #[serde(default)]
     pub stages: String,
+    /// The learning rate of uptraining: `continue` (the default) the pre-training schedule where
+    /// the checkpoint left it (step S_pretrain + s), or `restart` it with a new warm-up.
+    #[serde(default)]
+    pub uptrain_schedule: UptrainSchedule,
+}
+
+/// Where uptraining's learning-rate schedule starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UptrainSchedule {
+    /// The pre-training schedule continued: step s of uptraining takes the rate of step
+    /// S_pretrain + s (the paper uptrains the public checkpoints "using the same pre-training
+    /// recipe"; restarting a warm-up to the peak would shock a converged model).
+    #[default]
+    Continue,
+    /// The pre-training schedule from its step 1 (warm-up included) over the uptraining steps.
+    Restart,
 }
 
 impl PipelineConfig {
+    /// How `steps` of uptraining train: the pre-training stage's optimizer and schedule, continued
+    /// from step `pretrain.steps` or restarted ([`UptrainSchedule`]).
+    pub fn uptrain(&self, steps: usize) -> TrainConfig {
+        let mut train = self.pretrain.train(steps, self.seed);
+        if self.uptrain_schedule == UptrainSchedule::Continue {
+            // A continued schedule has long finished its warm-up.
+            train.schedule.warmup_steps = self.pretrain.warmup_steps;
+            train.schedule.start_step = self.pretrain.steps;
+        }
+        train
+    }
+
     fn t5(&self, size: &str, dropout: f64) -> Result<T5Config> {
         let s = self
             .sizes
@@ -473,13 +502,13 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     let span_stage = |dir: String,
                       label: String,
                       origin: serde_json::Value,
-                      (steps, data_seed): (usize, u64),
+                      (train, data_seed): (TrainConfig, u64),
                       t5: &T5Config| {
         let stage = Stage {
             dir: stages.join(dir),
             label,
             origin,
-            train: config.pretrain.train(steps, config.seed),
+            train,
             flops_per_step: t5.train_flops(
                 config.pretrain.batch,
                 config.input_length,
@@ -519,7 +548,10 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             format!("pretrain-{}", m.size),
             format!("pretrain {}", m.size),
             serde_json::json!({ "init": "random", "seed": config.seed }),
-            (config.pretrain.steps, config.seed),
+            (
+                config.pretrain.train(config.pretrain.steps, config.seed),
+                config.seed,
+            ),
             &t5,
         )?;
         device.seed(config.seed);
@@ -555,7 +587,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             format!("uptrain-{}", model_key(m)),
             format!("uptrain {}", m.name),
             origin,
-            (steps, config.seed.wrapping_add(1)),
+            (config.uptrain(steps), config.seed.wrapping_add(1)),
             &t5,
         )?;
         let model = stage.run(converted, &mut task)?;
@@ -753,4 +785,50 @@ pub fn render(out: &Path) -> Result<()> {
     }
     .save(&out.join("score_vs_time"), &points)?;
     write_atomic(&out.join("table.md"), md.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paper() -> PipelineConfig {
+        let text = crate::configs::builtin("gqa_table1", crate::Profile::Paper).unwrap();
+        let table =
+            crate::configs::resolve(text.parse().unwrap(), crate::Profile::Paper, "paper").unwrap();
+        PipelineConfig::deserialize(toml::Value::Table(table)).unwrap()
+    }
+
+    /// Uptraining continues the pre-training schedule by default: at XXL's 1M pre-training steps
+    /// and the inverse-square-root schedule, uptraining's first step runs at 1/sqrt(10^6 + 1)
+    /// ≈ 1e-3, not at the restarted schedule's peak 0.01.
+    #[test]
+    fn uptraining_continues_the_pretraining_schedule_by_default() {
+        let config = paper();
+        assert_eq!(config.uptrain_schedule, UptrainSchedule::Continue);
+        let s_pre = config.pretrain.steps;
+        let steps = (0.05 * s_pre as f64) as usize;
+        let up = config.uptrain(steps);
+        let pre = config.pretrain.train(s_pre, config.seed);
+        for s in [1, steps / 2, steps] {
+            let want = pre.schedule.lr(s_pre + s, s_pre + steps);
+            assert!((up.schedule.lr(s, steps) - want).abs() < 1e-15, "step {s}");
+        }
+        assert!((up.schedule.lr(1, steps) - 1.0 / ((s_pre + 1) as f64).sqrt()).abs() < 1e-12);
+        let restart = PipelineConfig {
+            uptrain_schedule: UptrainSchedule::Restart,
+            ..config
+        };
+        // T5's schedule holds its peak through the 10^4 warm-up steps: a restart jumps back to 0.01.
+        let first = restart.uptrain(steps).schedule.lr(1, steps);
+        assert!((first - 0.01).abs() < 1e-12, "a restart starts at the peak: {first}");
+    }
+
+    /// T5's Adafactor (update scaled by the parameter's RMS) in every paper-scale stage.
+    #[test]
+    fn paper_configs_use_t5s_adafactor() {
+        let config = paper();
+        for stage in [&config.pretrain, &config.finetune] {
+            assert_eq!(stage.optimizer, OptimizerConfig::adafactor_t5());
+        }
+    }
 }

@@ -496,11 +496,7 @@ fn run_train_config(config: &LmSweepConfig, seed: u64) -> TrainConfig {
     TrainConfig {
         steps: config.steps,
         optimizer: config.optimizer,
-        schedule: Schedule {
-            peak_lr: config.peak_lr,
-            warmup_steps: config.warmup_steps,
-            decay: config.decay,
-        },
+        schedule: Schedule::new(config.peak_lr, config.warmup_steps, config.decay),
         grad_accum: config.grad_accum,
         clip_norm: (config.clip_norm > 0.0).then_some(config.clip_norm),
         eval_every: config.eval_every,

@@ -151,11 +151,7 @@ fn train_config(config: &Table4Config, seed: u64) -> TrainConfig {
     TrainConfig {
         steps: config.steps,
         optimizer: config.optimizer,
-        schedule: Schedule {
-            peak_lr: config.peak_lr,
-            warmup_steps: config.warmup_steps,
-            decay: config.decay,
-        },
+        schedule: Schedule::new(config.peak_lr, config.warmup_steps, config.decay),
         grad_accum: 1,
         clip_norm: None,
         eval_every: config.eval_every,

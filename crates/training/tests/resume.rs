@@ -108,6 +108,7 @@ fn data_parallel_replicas_equal_gradient_accumulation() {
                 decay: Decay::Cosine {
                     final_fraction: 0.1,
                 },
+                start_step: 0,
             },
             grad_accum,
             clip_norm: None,
@@ -164,6 +165,7 @@ fn check_resume<T: Task<LanguageModel>>(dir: &Path, task: impl Fn() -> T, direct
             decay: Decay::Cosine {
                 final_fraction: 0.1,
             },
+            start_step: 0,
         },
         grad_accum: 2,
         clip_norm: Some(1.0),

@@ -67,6 +67,7 @@ fn config(steps: usize) -> TrainConfig {
             decay: Decay::Cosine {
                 final_fraction: 0.1,
             },
+            start_step: 0,
         },
         grad_accum: 1,
         clip_norm: Some(1.0),
