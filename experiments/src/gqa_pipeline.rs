@@ -820,7 +820,10 @@ mod tests {
         };
         // T5's schedule holds its peak through the 10^4 warm-up steps: a restart jumps back to 0.01.
         let first = restart.uptrain(steps).schedule.lr(1, steps);
-        assert!((first - 0.01).abs() < 1e-12, "a restart starts at the peak: {first}");
+        assert!(
+            (first - 0.01).abs() < 1e-12,
+            "a restart starts at the peak: {first}"
+        );
     }
 
     /// T5's Adafactor (update scaled by the parameter's RMS) in every paper-scale stage.

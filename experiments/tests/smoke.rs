@@ -3,6 +3,9 @@
 
 use experiments::{Cli, latency};
 
+mod common;
+use common::tiny_corpus;
+
 /// The smoke command line with `--out out` and the run store under it.
 fn cli(id: &'static str, out: &std::path::Path, extra: &[&str]) -> Cli {
     let mut args = vec![
@@ -50,25 +53,6 @@ fn table11_rejects_unknown_models_and_missing_results() {
     assert!(err.to_string().contains("unknown model `gpt5`"), "{err}");
     let err = latency::run(cli("table11", &out.join("none"), &["--report"])).unwrap_err();
     assert!(format!("{err:#}").contains("run table11 first"), "{err:#}");
-}
-
-/// A corpus in the offline corpus's layout, so the test does not need `just data`.
-fn tiny_corpus(dir: &std::path::Path) {
-    for split in ["train", "validation"] {
-        let texts: Vec<String> = (0..4)
-            .map(|i| {
-                format!("{split} {i}: ") + &"To be, or not to be, that is the question. ".repeat(4)
-            })
-            .collect();
-        data::corpus::write_parquet(
-            &dir.join(format!("data/{split}-00000-of-00001.parquet")),
-            vec![(
-                "text",
-                std::sync::Arc::new(arrow_array::StringArray::from(texts)) as arrow_array::ArrayRef,
-            )],
-        )
-        .unwrap();
-    }
 }
 
 #[test]

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use crate::t5::{T5Config, T5Model};
 
 /// Hugging Face name → our module path, applied in order (each anchored and disjoint).
-pub const HF_TO_OURS: [(&str, &str); 12] = [
+pub const HF_TO_OURS: [(&str, &str); 13] = [
     (
         r"^(encoder|decoder)\.block\.0\.layer\.0\.SelfAttention\.relative_attention_bias\.weight$",
         "$1.position_bias.embedding.weight",
@@ -58,6 +58,8 @@ pub const HF_TO_OURS: [(&str, &str); 12] = [
         "$1.final_norm.weight",
     ),
     (r"^shared\.weight$", "shared.weight"),
+    // Some exports keep the tied input embedding only under the encoder's name (no `shared`).
+    (r"^encoder\.embed_tokens\.weight$", "shared.weight"),
     (r"^lm_head\.weight$", "lm_head.weight"),
 ];
 
@@ -237,8 +239,9 @@ fn weight_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, String> {
 }
 
 /// Loads a checkpoint directory (Hugging Face names and layout) into a new model on `device`.
-/// Every parameter of the model must be found; tensors we have no use for (Hugging Face's tied
-/// `encoder.embed_tokens` / `decoder.embed_tokens` copies) are ignored.
+/// Every parameter of the model must be found; the input embedding is `shared.weight`, or
+/// `encoder.embed_tokens.weight` where a file has no `shared` (its tied copy; where both are present
+/// they are the same tensor), and `decoder.embed_tokens` copies are ignored.
 pub fn load(dir: &Path, device: &Device) -> Result<(T5Config, T5Model), String> {
     let config = read_config(dir)?;
     let mut model = config.init(device);

@@ -5,6 +5,14 @@
 //! task's state (data position and RNGs) and the metrics so far; dropout is reseeded from
 //! `seed + step` before every step, so a resumed run takes the same steps as an uninterrupted one.
 //!
+//! Faults: checkpoints are written to `checkpoint.tmp/` and swapped in by renames, with a
+//! checksum of each file in `state.json`, so a process killed at any moment leaves either the
+//! previous checkpoint or the new one, complete ([`recover_checkpoint`]), and a checkpoint damaged
+//! on disk afterwards is refused with a message naming the file, not loaded. `metrics.csv` is
+//! written atomically. `experiments/tests/faults.rs` kills a real training process at many moments
+//! (SIGKILL, and the [`FAULT_ENV`] hook inside evaluation, metrics and checkpoint writing) and checks
+//! that the run ends exactly as an uninterrupted one.
+//!
 //! Several devices: data parallelism as burn-train's `MultiDeviceOptim::OptimMainDevice` strategy
 //! does it, with burn's own pieces: each step, every device gets a fork of the model
 //! (`Module::fork`) and its own micro-batches; the gradients move to the main device (the first)
@@ -26,7 +34,6 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::optimizer::OptimizerConfig;
-use crate::provenance::write_atomic;
 use crate::schedule::Schedule;
 
 /// How to train (the run-type layer of an experiment's config).
@@ -111,6 +118,63 @@ struct RunState<S> {
     losses: Vec<f64>,
     rows: Vec<MetricsRow>,
     task: S,
+    /// FNV-1a 64 of `model.bpk` and `optimizer.bin` as written (absent in checkpoints written
+    /// before checksums existed: those load unchecked).
+    #[serde(default)]
+    checksums: std::collections::BTreeMap<String, String>,
+}
+
+/// The environment variable of the fault hook: `<phase>@<step>` makes the process abort (as a
+/// SIGKILL would: no unwinding, no cleanup) at that moment of that step, for tests of what a
+/// killed run leaves behind. Phases: `step` (after the optimizer step, before anything is
+/// written), `eval` (after evaluating, before the row is written), `metrics` (with the new
+/// `metrics.csv` written beside the old one, before the rename), `checkpoint` (with the new
+/// checkpoint's model written, before its optimizer state and `state.json`), `swap` (between
+/// moving the old checkpoint aside and moving the new one in). Unset in normal runs.
+pub const FAULT_ENV: &str = "REPRO_FAULT";
+
+/// Aborts the process if [`FAULT_ENV`] names this `phase` and `step`.
+fn fault(phase: &str, step: usize) {
+    static AT: std::sync::OnceLock<Option<(String, usize)>> = std::sync::OnceLock::new();
+    let at = AT.get_or_init(|| {
+        let v = std::env::var(FAULT_ENV).ok()?;
+        let (p, s) = v.split_once('@')?;
+        Some((p.to_string(), s.parse().ok()?))
+    });
+    if let Some((p, s)) = at
+        && p == phase
+        && *s == step
+    {
+        eprintln!("{FAULT_ENV}: aborting at {phase}@{step}");
+        std::process::abort();
+    }
+}
+
+/// FNV-1a 64 of a file's bytes, as 16 hex digits.
+fn checksum(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let h = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    Ok(format!("{h:016x}"))
+}
+
+/// Finishes or undoes a checkpoint swap a killed process left half done: with no `checkpoint/`
+/// but a `checkpoint.old/`, the process died between its two renames, after `checkpoint.tmp/` was
+/// complete, so that one becomes the checkpoint; a `checkpoint.tmp/` without a `checkpoint.old/` may
+/// be partial and is dropped (the previous checkpoint, if any, is still `checkpoint/`).
+pub fn recover_checkpoint(out: &Path) -> Result<()> {
+    let (dir, tmp, old) = (
+        checkpoint_dir(out),
+        out.join("checkpoint.tmp"),
+        out.join("checkpoint.old"),
+    );
+    if !dir.exists() && old.exists() && tmp.join("state.json").exists() {
+        std::fs::rename(&tmp, &dir)?;
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    let _ = std::fs::remove_dir_all(&old);
+    Ok(())
 }
 
 /// Options that are not part of the experiment (they do not change results).
@@ -271,7 +335,7 @@ fn checkpoint_dir(out: &Path) -> PathBuf {
 
 /// Writes the checkpoint next to the old one, then swaps directories, so a crash mid-write
 /// leaves the previous checkpoint intact.
-fn save_checkpoint<M: Module + Clone, S: Serialize>(
+fn save_checkpoint<M: Module + Clone, S: Serialize + Clone>(
     out: &Path,
     model: &M,
     optim: &burn::optim::ModuleOptimizer,
@@ -286,18 +350,30 @@ fn save_checkpoint<M: Module + Clone, S: Serialize>(
         .clone()
         .save_file(tmp.join("model.bpk"))
         .map_err(|e| anyhow!("saving the model: {e:?}"))?;
+    fault("checkpoint", state.step);
     optim
         .save(tmp.join("optimizer.bin"))
         .map_err(|e| anyhow!("saving the optimizer: {e:?}"))?;
-    std::fs::write(tmp.join("state.json"), serde_json::to_vec(state)?)?;
+    let mut state = state.clone();
+    for file in CHECKPOINT_FILES {
+        state
+            .checksums
+            .insert(file.to_string(), checksum(&tmp.join(file))?);
+    }
+    // state.json last: a `checkpoint.tmp/` with it is complete.
+    std::fs::write(tmp.join("state.json"), serde_json::to_vec(&state)?)?;
     let _ = std::fs::remove_dir_all(&old);
     if dir.exists() {
         std::fs::rename(&dir, &old)?;
     }
+    fault("swap", state.step);
     std::fs::rename(&tmp, &dir)?;
     let _ = std::fs::remove_dir_all(&old);
     Ok(())
 }
+
+/// The files of a checkpoint whose checksums `state.json` records.
+const CHECKPOINT_FILES: [&str; 2] = ["model.bpk", "optimizer.bin"];
 
 fn write_metrics(out: &Path, rows: &[MetricsRow]) -> Result<()> {
     let mut csv = String::from(METRICS_HEADER);
@@ -306,7 +382,12 @@ fn write_metrics(out: &Path, rows: &[MetricsRow]) -> Result<()> {
         csv.push_str(&r.csv_fields());
         csv.push('\n');
     }
-    write_atomic(&out.join("metrics.csv"), csv.as_bytes())
+    // write_atomic, with the fault hook between its write and its rename.
+    let (path, tmp) = (out.join("metrics.csv"), out.join("metrics.partial"));
+    std::fs::write(&tmp, csv.as_bytes())
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    fault("metrics", rows.last().map_or(0, |r| r.step));
+    std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Trains `model` on `task` for `cfg.steps` steps, writing `metrics.csv` and `checkpoint/` under
@@ -342,6 +423,7 @@ where
     let mut optim = cfg.optimizer.init(cfg.clip_norm);
     let mut model = model;
     let ckpt = checkpoint_dir(out);
+    recover_checkpoint(out)?;
     let mut run: RunState<T::State> = if ckpt.join("state.json").exists() {
         let state: RunState<T::State> =
             serde_json::from_slice(&std::fs::read(ckpt.join("state.json"))?).map_err(|e| {
@@ -351,6 +433,17 @@ where
                     ckpt.display()
                 )
             })?;
+        for (file, want) in &state.checksums {
+            let path = ckpt.join(file);
+            if !path.exists() || &checksum(&path)? != want {
+                bail!(
+                    "checkpoint {} is damaged: {} is missing or does not match the checksum in its state.json (truncated or changed on disk); delete {} to train the run again from the start",
+                    ckpt.display(),
+                    path.display(),
+                    ckpt.display()
+                );
+            }
+        }
         model = model.load_file(ckpt.join("model.bpk"));
         optim = optim
             .load(ckpt.join("optimizer.bin"))
@@ -370,6 +463,7 @@ where
             losses: Vec::new(),
             rows: Vec::new(),
             task: task.state(),
+            checksums: Default::default(),
         }
     };
     task.restore(run.task.clone())?;
@@ -413,9 +507,11 @@ where
         run.tokens += tokens as u64;
         run.step = step;
         run.losses.push(loss);
+        fault("step", step);
 
         if step % cfg.eval_every == 0 || step == cfg.steps {
             let eval_loss = task.eval_loss(&model.valid(), device)?;
+            fault("eval", step);
             // From the run's losses, not a buffer, so a resumed run writes the same row.
             let since = &run.losses[run.rows.last().map_or(0, |r| r.step)..];
             let row = MetricsRow {

@@ -101,3 +101,86 @@ fn loading_rejects_what_is_not_a_t5_1_1_checkpoint() {
     let err = t5_hf::load(dir.path(), &device()).unwrap_err();
     assert!(err.contains("model.safetensors"), "{err}");
 }
+
+/// The golden files made by `transformers` (`crates/model/tests/golden/make_t5_golden.py`, random
+/// weights N(0, 0.5), T5.1.1: gated-GELU, untied LM head): our loader reads them and our forward
+/// pass gives `transformers`' logits within 1e-4 (relative to the largest logit), with a padded
+/// input. The same file with the input embedding renamed `encoder.embed_tokens.weight` and no
+/// `shared.weight` loads to the same logits.
+#[test]
+fn transformers_t5_matches_its_logits() {
+    use burn::prelude::*;
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/t5_tiny");
+    let g: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(golden.join("logits.json")).unwrap())
+            .unwrap();
+    let ids = |key: &str| -> (Vec<i64>, [usize; 2]) {
+        let rows = g[key].as_array().unwrap();
+        let flat: Vec<i64> = rows
+            .iter()
+            .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()))
+            .collect();
+        let shape = [rows.len(), flat.len() / rows.len()];
+        (flat, shape)
+    };
+    let want: Vec<f32> = g["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|b| b.as_array().unwrap().iter())
+        .flat_map(|t| {
+            t.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+        })
+        .collect();
+    // The same checkpoint with `shared.weight` renamed to `encoder.embed_tokens.weight`.
+    let renamed = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        golden.join("config.json"),
+        renamed.path().join("config.json"),
+    )
+    .unwrap();
+    let bytes = std::fs::read(golden.join("model.safetensors")).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let tensors: Vec<(String, safetensors::tensor::TensorView)> = file
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let name = if name == "shared.weight" {
+                "encoder.embed_tokens.weight".to_string()
+            } else {
+                name
+            };
+            (name, view)
+        })
+        .collect();
+    safetensors::serialize_to_file(tensors, None, &renamed.path().join("model.safetensors"))
+        .unwrap();
+
+    let dev = device();
+    for dir in [golden.as_path(), renamed.path()] {
+        let (_, model) = t5_hf::load(dir, &dev).unwrap();
+        let (inputs, in_shape) = ids("input_ids");
+        let (mask, _) = ids("attention_mask");
+        let (dec, dec_shape) = ids("decoder_input_ids");
+        let inputs = Tensor::<2, Int>::from_data(TensorData::new(inputs, in_shape), &dev);
+        let keep =
+            Tensor::<2, Int>::from_data(TensorData::new(mask, in_shape), &dev).greater_elem(0);
+        let dec = Tensor::<2, Int>::from_data(TensorData::new(dec, dec_shape), &dev);
+        let encoded = model.encode(inputs, &keep);
+        let ours = values(model.decode(dec, &encoded, &keep));
+        assert_eq!(ours.len(), want.len());
+        let scale = want.iter().fold(1f32, |m, x| m.max(x.abs()));
+        let diff = ours
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            diff / scale <= 1e-4,
+            "{}: max |ours - transformers| = {diff} (largest logit {scale})",
+            dir.display()
+        );
+    }
+}

@@ -1,0 +1,20 @@
+//! Helpers shared by the experiment tests.
+
+/// A corpus in the offline corpus's layout, so the test does not need `just data`.
+pub fn tiny_corpus(dir: &std::path::Path) {
+    for split in ["train", "validation"] {
+        let texts: Vec<String> = (0..4)
+            .map(|i| {
+                format!("{split} {i}: ") + &"To be, or not to be, that is the question. ".repeat(4)
+            })
+            .collect();
+        data::corpus::write_parquet(
+            &dir.join(format!("data/{split}-00000-of-00001.parquet")),
+            vec![(
+                "text",
+                std::sync::Arc::new(arrow_array::StringArray::from(texts)) as arrow_array::ArrayRef,
+            )],
+        )
+        .unwrap();
+    }
+}
