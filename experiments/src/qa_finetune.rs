@@ -92,6 +92,54 @@ pub struct ScoreRow {
 }
 
 const SCORES: &str = "scores.csv";
+const TRIVIAL: &str = "trivial_baseline.json";
+
+/// The answer a model that ignores the question would give: the training split's most frequent
+/// first answer, scored on the held-out questions as the models are.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrivialBaseline {
+    pub answer: String,
+    pub f1: f64,
+    pub exact_match: f64,
+}
+
+fn trivial_baseline(
+    data: &LmData,
+    format: LmQaFormat,
+    eval_examples: usize,
+) -> Result<TrivialBaseline> {
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    let docs = data::source::ExampleStream::open_at(
+        data.spec,
+        data.train_files.clone(),
+        Default::default(),
+    )?;
+    for example in docs {
+        if let data::example::Example::Qa { answers, .. } = example?
+            && let Some(a) = answers.into_iter().next()
+        {
+            *counts.entry(a).or_default() += 1;
+        }
+    }
+    // The most frequent; ties to the first in sort order (deterministic).
+    let answer = counts
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(a, _)| a.clone())
+        .unwrap_or_default();
+    let eval = LmQaTask::new(data.clone(), format, 1, eval_examples)?;
+    let score = metrics::triviaqa::corpus(eval.eval_examples().iter().map(|e| {
+        (
+            Some(answer.as_str()),
+            e.references.iter().map(String::as_str).collect(),
+        )
+    }));
+    Ok(TrivialBaseline {
+        answer,
+        f1: score.f1,
+        exact_match: score.exact_match,
+    })
+}
 const FT_STEP_TIMES: &str = "finetune_step_times.csv";
 
 fn dir_name(dir: &Path) -> String {
@@ -229,6 +277,9 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
     };
     std::fs::create_dir_all(&cli.out)?;
     let provenance = cli.save_provenance(&config)?;
+    // The trivial baseline every model must beat: the training split's most frequent answer.
+    let trivial = trivial_baseline(&qa_data, format, config.eval_examples)?;
+    write_json(&cli.out.join(TRIVIAL), &trivial)?;
     let stop = stop_on_ctrl_c();
     let mut scores: Vec<ScoreRow> = Vec::new();
     let mut metrics: Vec<SweepRow> = Vec::new();
@@ -421,6 +472,8 @@ pub struct F9 {
     /// Step-time ratios baseline / claimed, pre-training and fine-tuning.
     pub pretrain_cost: Spread,
     pub finetune_cost: Spread,
+    /// F1 of the training split's most frequent answer.
+    pub trivial_f1: f64,
     pub verdict: Verdict,
 }
 
@@ -465,7 +518,15 @@ pub fn f9(out: &Path) -> Result<F9> {
     };
     let pretrain_cost = step_ratio(&pre, &config.baseline, &config.claimed).ok_or_else(missing)?;
     let finetune_cost = step_ratio(&ft, &config.baseline, &config.claimed).ok_or_else(missing)?;
-    let verdict = if f1_diff.max < 0.0 || pretrain_cost.max < 1.0 {
+    let trivial: TrivialBaseline = serde_json::from_slice(
+        &std::fs::read(out.join(TRIVIAL))
+            .with_context(|| format!("cannot read {}", out.join(TRIVIAL).display()))?,
+    )?;
+    // At the floor (the baseline model not clearly above the trivial answer) the F1 comparison
+    // says nothing: no verdict either way.
+    let verdict = if bs.min <= trivial.f1 {
+        Verdict::Inconclusive
+    } else if f1_diff.max < 0.0 || pretrain_cost.max < 1.0 {
         Verdict::Refuted
     } else if pretrain_cost.min > 1.0 {
         Verdict::Reproduced
@@ -479,6 +540,7 @@ pub fn f9(out: &Path) -> Result<F9> {
         f1_diff,
         pretrain_cost,
         finetune_cost,
+        trivial_f1: trivial.f1,
         verdict,
     })
 }
@@ -528,13 +590,15 @@ pub fn render(out: &Path) -> Result<()> {
             body += &format!(
                 "\nF9 ({} against {}): F1 difference {} (over seed pairs), pre-training step ratio {}×, fine-tuning {}×: **{}**\n\
                  (reproduced: the F1 difference not entirely below 0 and the pre-training step ratio above 1; refuted: F1\n\
-                 clearly lower or the step clearly dearer).\n",
+                 clearly lower or the step clearly dearer; inconclusive whenever the baseline's F1 is not above the trivial\n\
+                 answer's, {:.2}: the training split's most frequent answer, `trivial_baseline.json`).\n",
                 f.claimed,
                 f.baseline,
                 f.f1_diff.show(2),
                 f.pretrain_cost.show(2),
                 f.finetune_cost.show(2),
-                f.verdict
+                f.verdict,
+                f.trivial_f1
             );
         }
         Err(e) => body += &format!("\nF9: no verdict ({e:#}).\n"),

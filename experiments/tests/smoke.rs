@@ -550,6 +550,7 @@ fn table4_smoke_and_its_claim() {
         "scores.csv",
         "finetune_loss.png",
         "finetune_step_times.csv",
+        "trivial_baseline.json",
         "config.json",
         "env.json",
     ] {
@@ -566,6 +567,14 @@ fn table4_smoke_and_its_claim() {
     let f9: Vec<&str> = claims.lines().filter(|l| l.starts_with("| F9 |")).collect();
     assert_eq!(f9.len(), 1, "{claims}");
     assert!(!f9[0].contains("no verdict"), "{}", f9[0]);
+    // Four steps learn nothing: the baseline's F1 is not above the most frequent answer's (HAMLET,
+    // half the held-out questions), so the comparison has no verdict either way.
+    assert!(f9[0].contains("inconclusive"), "{}", f9[0]);
+    let trivial = std::fs::read_to_string(out.join("trivial_baseline.json")).unwrap();
+    assert!(
+        trivial.contains("\"HAMLET\"") && trivial.contains("\"f1\": 50.0"),
+        "{trivial}"
+    );
     // Everything is reused the second time: the scores do not change.
     run().unwrap();
     assert_eq!(
