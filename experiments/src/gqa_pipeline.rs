@@ -142,8 +142,12 @@ impl StageConfig {
 pub enum TaskMetric {
     /// ROUGE-1 F (summaries), rouge-score 0.1.2 with T5's sentence splitting, no stemming.
     Rouge1,
-    /// Corpus BLEU, sacrebleu 2.6.0 with tokenizer 13a (WMT).
+    /// Corpus BLEU, sacrebleu 2.6.0 with tokenizer 13a (sacrebleu's default; the cpu scale's
+    /// translation-like task).
     Bleu,
+    /// Corpus BLEU with sacrebleu's `intl` tokenizer, which T5's evaluation used for WMT (the paper
+    /// configs' WMT task).
+    BleuIntl,
     /// TriviaQA F1 against every answer.
     F1,
 }
@@ -439,12 +443,16 @@ fn score(metric: TaskMetric, predictions: &[String], references: &[Vec<String>])
                 .map(|(r, p)| (r[0].as_str(), p.as_str()));
             rouge::corpus(pairs, rouge::RougeOptions::default()).rouge1
         }
-        TaskMetric::Bleu => {
+        TaskMetric::Bleu | TaskMetric::BleuIntl => {
             let segments = predictions
                 .iter()
                 .zip(references)
                 .map(|(p, r)| (p.as_str(), r.iter().map(String::as_str).collect::<Vec<_>>()));
-            bleu::corpus(segments, bleu::BleuTokenizer::default()).bleu
+            let tokenizer = match metric {
+                TaskMetric::BleuIntl => bleu::BleuTokenizer::Intl,
+                _ => bleu::BleuTokenizer::Thirteen,
+            };
+            bleu::corpus(segments, tokenizer).bleu
         }
         TaskMetric::F1 => {
             let questions = predictions.iter().zip(references).map(|(p, r)| {
@@ -833,5 +841,25 @@ mod tests {
         for stage in [&config.pretrain, &config.finetune] {
             assert_eq!(stage.optimizer, OptimizerConfig::adafactor_t5());
         }
+    }
+}
+
+#[cfg(test)]
+mod metric_tests {
+    use super::*;
+
+    /// The two BLEU metrics differ only in sacrebleu's tokenizer: `intl` splits Unicode
+    /// punctuation off letters (here the German quotes), 13a does not, so only `intl` finds the
+    /// hypothesis equal to the reference.
+    #[test]
+    fn wmt_bleu_uses_the_intl_tokenizer() {
+        let refs = vec![vec!["Er sagte heute „ Hallo “ zu uns".to_string()]];
+        let hyp = vec!["Er sagte heute „Hallo“ zu uns".to_string()];
+        let thirteen = score(TaskMetric::Bleu, &hyp, &refs);
+        let intl = score(TaskMetric::BleuIntl, &hyp, &refs);
+        assert!((intl - 100.0).abs() < 1e-9, "intl: {intl}");
+        assert!(thirteen < 100.0, "13a: {thirteen}");
+        let paper = crate::configs::builtin("gqa_table1", crate::Profile::Paper).unwrap();
+        assert!(paper.contains("metric = \"bleu_intl\""));
     }
 }

@@ -41,10 +41,17 @@ impl Example {
                 // The rc config's evidence: the Wikipedia pages, then the web search results.
                 let mut context = r.strings("entity_pages.wiki_context");
                 context.extend(r.strings("search_results.search_context"));
-                let mut answers = r.strings("answer.normalized_aliases");
+                // The target first, as T5 builds it (the normalized value), then every other
+                // normalized alias, all kept for scoring.
                 let value = r.text("answer.normalized_value");
-                if !value.is_empty() && !answers.contains(&value) {
+                let mut answers: Vec<String> = Vec::new();
+                if !value.is_empty() {
                     answers.push(value);
+                }
+                for alias in r.strings("answer.normalized_aliases") {
+                    if !answers.contains(&alias) {
+                        answers.push(alias);
+                    }
                 }
                 Example::Qa {
                     question: r.text("question"),

@@ -242,10 +242,11 @@ pub fn write_all_fixtures(root: &Path) {
             (
                 "answer",
                 structs(vec![
-                    ("aliases", string_lists(&[vec!["Paris", "Paree"]])),
+                    // The value is not the first alias: the target must come from the value.
+                    ("aliases", string_lists(&[vec!["Paree", "Paris"]])),
                     (
                         "normalized_aliases",
-                        string_lists(&[vec!["paris", "paree"]]),
+                        string_lists(&[vec!["paree", "paris"]]),
                     ),
                     ("matched_wiki_entity_name", utf8(&["Paris"])),
                     ("normalized_matched_wiki_entity_name", utf8(&["paris"])),
