@@ -458,6 +458,19 @@ fn run_model_config(
     Ok(model_config)
 }
 
+/// The model configuration a run's identity names ([`model_identity`]'s inverse): the fields it
+/// leaves out take their defaults.
+pub fn model_from_identity(model: &serde_json::Value) -> Result<ModelConfig> {
+    let arch: Architecture = serde_json::from_value(model["arch"].clone())?;
+    let mut json = serde_json::to_value(ModelConfig::new(arch))?;
+    if let Some(fields) = model.as_object() {
+        for (key, value) in fields {
+            json[key] = value.clone();
+        }
+    }
+    Ok(serde_json::from_value(json)?)
+}
+
 /// A model configuration as a run's identity names it: the fields of
 /// [`ModelConfig::ABLATION_FIELDS`] are left out at their defaults, so that the runs trained
 /// before those fields existed keep their names in the store.
@@ -1083,7 +1096,7 @@ fn chunking_table(rows: &[SweepRow], all: &[Summary]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{model_identity, split_batch};
+    use super::{model_from_identity, model_identity, split_batch};
     use model::ModelConfig;
 
     /// Every run committed in `results/runs` keeps its name: its model configuration, read back
@@ -1100,12 +1113,7 @@ mod tests {
             };
             let mut identity: serde_json::Value = serde_json::from_str(&text).unwrap();
             // Fields the run predates at their defaults, then the run's own.
-            let arch = serde_json::from_value(identity["model"]["arch"].clone()).unwrap();
-            let mut model = serde_json::to_value(ModelConfig::new(arch)).unwrap();
-            for (key, value) in identity["model"].as_object().unwrap() {
-                model[key] = value.clone();
-            }
-            let model: ModelConfig = serde_json::from_value(model).unwrap();
+            let model = model_from_identity(&identity["model"]).unwrap();
             identity["model"] = model_identity(&model).unwrap();
             let name = dir.file_name().unwrap().to_string_lossy().into_owned();
             assert!(

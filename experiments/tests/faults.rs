@@ -38,17 +38,6 @@ fn fig6(root: &Path, corpus: &Path) -> Command {
     c
 }
 
-/// The run directories of a store, by name.
-fn runs(store: &Path) -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(store)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
-    dirs
-}
-
 /// `metrics.csv` without the columns that measure time (device-hours, tokens/s).
 fn untimed_metrics(path: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap();
@@ -73,13 +62,7 @@ fn final_logits(run: &Path) -> Vec<f32> {
     use burn::prelude::*;
     let identity: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run.join("run_config.json")).unwrap()).unwrap();
-    // The identity leaves the ablation fields out at their defaults: start from those.
-    let arch = serde_json::from_value(identity["model"]["arch"].clone()).unwrap();
-    let mut json = serde_json::to_value(model::ModelConfig::new(arch)).unwrap();
-    for (k, v) in identity["model"].as_object().unwrap() {
-        json[k] = v.clone();
-    }
-    let config: model::ModelConfig = serde_json::from_value(json).unwrap();
+    let config = experiments::lm_sweep::model_from_identity(&identity["model"]).unwrap();
     let device = burn::tensor::Device::flex();
     let lm = config
         .init(model::Direction::Causal, &device)
@@ -166,7 +149,10 @@ fn killed_and_restarted_runs_end_as_uninterrupted_ones() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let (a, b) = (runs(&clean.join("store")), runs(&faulty.join("store")));
+    let (a, b) = (
+        common::store_runs(&clean.join("store")),
+        common::store_runs(&faulty.join("store")),
+    );
     let names = |d: &[PathBuf]| -> Vec<String> {
         d.iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
@@ -201,7 +187,7 @@ fn killed_and_restarted_runs_end_as_uninterrupted_ones() {
         .output()
         .unwrap();
     assert!(killed(&out));
-    let run = runs(&damaged.join("store")).remove(0);
+    let run = common::store_runs(&damaged.join("store")).remove(0);
     let model = run.join("checkpoint/model.bpk");
     let bytes = std::fs::read(&model).unwrap();
     std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();

@@ -4,7 +4,7 @@
 use experiments::{Cli, latency};
 
 mod common;
-use common::tiny_corpus;
+use common::{store_runs, tiny_corpus};
 
 /// The smoke command line with `--out out` and the run store under it.
 fn cli(id: &'static str, out: &std::path::Path, extra: &[&str]) -> Cli {
@@ -149,17 +149,6 @@ fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
     let row = table.lines().find(|l| l.starts_with("| flash |")).unwrap();
     assert!(filled.contains(row), "{filled}");
     std::fs::remove_dir_all(&out).unwrap();
-}
-
-/// The run directories of a store.
-fn store_runs(store: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut dirs: Vec<_> = std::fs::read_dir(store)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
-    dirs
 }
 
 /// Seeds: `models` train once per seed, `one_seed_models` once; table3 reuses the runs fig6 already

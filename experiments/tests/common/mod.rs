@@ -18,3 +18,14 @@ pub fn tiny_corpus(dir: &std::path::Path) {
         .unwrap();
     }
 }
+
+/// The run directories of a store, by name.
+pub fn store_runs(store: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<_> = std::fs::read_dir(store)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
