@@ -124,20 +124,22 @@ fn batch_tensors(
     )
 }
 
-/// Mean cross-entropy over the answer tokens of `examples`, and the tokens the batch holds.
+/// Mean cross-entropy over the answer tokens of `examples`, the tokens the batch holds and the
+/// answer tokens among them (the loss's weight in a mean over batches).
 pub fn qa_loss(
     model: &LanguageModel,
     examples: &[LmQaExample],
     pad: u32,
     device: &Device,
-) -> (Tensor<1>, usize) {
-    let (inputs, targets, weights, _) = batch_tensors(examples, pad, device);
+) -> (Tensor<1>, usize, usize) {
+    let (inputs, targets, weights, answer_tokens) = batch_tensors(examples, pad, device);
     let [b, t] = inputs.dims();
     let logits = model.forward(inputs, None);
     let v = logits.dims()[2];
     (
         cross_entropy(logits.reshape([b * t, v]), targets, Some(weights)),
         b * t,
+        answer_tokens,
     )
 }
 
@@ -219,15 +221,15 @@ impl Task<LanguageModel> for LmQaTask {
         let examples: Vec<LmQaExample> = (0..self.batch)
             .map(|_| self.next_example())
             .collect::<Result<_>>()?;
-        Ok(qa_loss(model, &examples, self.tok.eos_id(), device))
+        let (loss, tokens, _) = qa_loss(model, &examples, self.tok.eos_id(), device);
+        Ok((loss, tokens))
     }
 
     fn eval_loss(&mut self, model: &LanguageModel, device: &Device) -> Result<f64> {
         let inner = device.clone().without_autodiff();
         let (mut total, mut tokens) = (0.0, 0usize);
         for c in self.eval.chunks(self.batch) {
-            let (.., n) = batch_tensors(c, self.tok.eos_id(), &inner);
-            let (loss, _) = qa_loss(model, c, self.tok.eos_id(), &inner);
+            let (loss, _, n) = qa_loss(model, c, self.tok.eos_id(), &inner);
             total += loss.into_scalar::<f32>() as f64 * n as f64;
             tokens += n;
         }
@@ -388,7 +390,8 @@ mod tests {
         // By hand: the mean NLL over those five positions of the model's logits.
         let config = ModelConfig::tiny(Architecture::Flash);
         let model = config.init(Direction::Causal, &device);
-        let (loss, _) = qa_loss(&model, &examples, 1, &device);
+        let (loss, _, answers) = qa_loss(&model, &examples, 1, &device);
+        assert_eq!(answers, 5);
         let logits = model.forward(inputs, None).reshape([10, config.vocab_size]);
         let logp: Vec<f32> = burn::tensor::activation::log_softmax(logits, 1)
             .into_data()
