@@ -50,10 +50,12 @@ bench-data:
     cargo bench -p data --bench read_throughput
 
 # All tests of the workspace, then the model tests again on the plain reference kernels (the path
-# every non-CPU backend runs; the fused-kernel tests are skipped there, they compare the two paths)
+# every non-CPU backend runs; the fused-kernel tests are skipped there, they compare the two paths).
+# `--workspace` keeps the features of the first build: `-p model` alone resolves burn with other
+# features and compiles every dependency a second time.
 test:
     cargo test --workspace
-    REPRO_KERNELS=reference cargo test -p model --test models -- --skip fused::
+    REPRO_KERNELS=reference cargo test --workspace --test models -- --skip fused::
 
 # Formatting and lints, as CI checks them
 lint:
