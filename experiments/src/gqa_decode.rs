@@ -109,6 +109,39 @@ fn builtin(profile: Profile) -> &'static str {
 }
 
 /// Runs the sweep (or only the report, with `--report`).
+/// `--dry-run`: per group count, the decoded model's size, its weights and the decoding cache
+/// of one batch (what the figure's timing depends on); nothing is trained, so the training
+/// columns are zero, and the decoding itself is the real step.
+fn dry_run(cli: &Cli, config: &DecodeConfig, device: &Device) -> Result<()> {
+    let mut plans = Vec::new();
+    for &groups in &config.groups {
+        let t5 = config.model(groups);
+        let (params, _) = crate::dry_run::param_stats(
+            &t5.init(device),
+            &training::optimizer::OptimizerConfig::adafactor(),
+        );
+        plans.push(crate::dry_run::RunPlan {
+            label: format!("decode G = {groups}, batch {}", config.batch),
+            runs: 1,
+            params,
+            tokens_per_step: config.batch * (config.input_length + config.output_length),
+            steps: 0,
+            optimizer_floats: 0.0,
+            activation_floats: 0.0,
+            kv_cache_floats: config.batch as f64
+                * t5.kv_cache_floats_per_sequence(config.input_length, config.output_length),
+            train_flops: 0.0,
+            step_seconds: None,
+        });
+    }
+    crate::dry_run::print(
+        cli,
+        " (inference only: the cache column is the whole batch's)",
+        &plans,
+    );
+    Ok(())
+}
+
 pub fn run(cli: Cli) -> Result<()> {
     if cli.report_only {
         return render(&cli.out);
@@ -121,6 +154,9 @@ pub fn run(cli: Cli) -> Result<()> {
         config.model(g).validate().map_err(anyhow::Error::msg)?;
     }
     let device = cli.one_device()?.device()?;
+    if cli.dry_run.is_some() {
+        return dry_run(&cli, &config, &device);
+    }
     let provenance = cli.save_provenance(&config)?;
     eprintln!(
         "gqa_fig6 ({}): {} on {}",

@@ -467,12 +467,120 @@ fn score(metric: TaskMetric, predictions: &[String], references: &[Vec<String>])
 }
 
 /// Runs the pipeline (or only the report, with `--report`).
+/// `--dry-run` of the pipeline: every stage it would train (pre-training per size without a
+/// checkpoint, uptraining per converted model, fine-tuning per model and task) built on the
+/// device and planned, the decoding cache per example beside the fine-tuned models; with `step`,
+/// one real step of each stage on one synthetic example.
+fn dry_run_pipeline(
+    cli: &Cli,
+    config: &PipelineConfig,
+    mode: crate::dry_run::DryRun,
+) -> Result<()> {
+    use crate::dry_run::{RunPlan, SyntheticSeq2Seq, param_stats, real_step};
+    let device = cli.one_device()?.train_device()?;
+    let build = device.clone().without_autodiff();
+    let vocab = crate::dry_run::vocab_size(&config.tokenizer)?;
+    let span_targets = data::tasks::t5_span_lengths(config.input_length, 0.15, 3.0).1;
+    // (plan, model, train config, input and target lengths)
+    let mut stages: Vec<(RunPlan, T5Config, TrainConfig, (usize, usize))> = Vec::new();
+    let mut plan = |label: String,
+                    t5: T5Config,
+                    (stage, train): (&StageConfig, TrainConfig),
+                    (s, t): (usize, usize),
+                    decodes: bool| {
+        let (params, optimizer_floats) = param_stats(&t5.init(&build), &stage.optimizer);
+        stages.push((
+            RunPlan {
+                label,
+                runs: 1,
+                params,
+                tokens_per_step: stage.batch * (s + t),
+                steps: train.steps,
+                optimizer_floats,
+                activation_floats: t5.activation_floats(stage.batch, s, t),
+                kv_cache_floats: if decodes {
+                    t5.kv_cache_floats_per_sequence(s, t)
+                } else {
+                    0.0
+                },
+                train_flops: t5.train_flops(stage.batch, s, t) * train.steps as f64,
+                step_seconds: None,
+            },
+            t5,
+            train,
+            (s, t),
+        ));
+    };
+    let span = (config.input_length, span_targets);
+    let mut sizes_done = Vec::new();
+    for m in &config.models {
+        let t5 = config
+            .t5(&m.size, config.pretrain.dropout)?
+            .with_vocab_size(vocab);
+        if config.sizes[&m.size].checkpoint.is_none() && !sizes_done.contains(&m.size) {
+            sizes_done.push(m.size.clone());
+            let train = config.pretrain.train(config.pretrain.steps, config.seed);
+            plan(
+                format!("pretrain {}", m.size),
+                t5.clone(),
+                (&config.pretrain, train),
+                span,
+                false,
+            );
+        }
+        let t5 = match m.kv_heads {
+            Some(groups) => t5.with_n_kv_heads(groups),
+            None => t5,
+        };
+        let steps = (m.alpha * config.pretrain.steps as f64).round() as usize;
+        if m.kv_heads.is_some() && steps > 0 {
+            plan(
+                format!("uptrain {}", m.name),
+                t5.clone(),
+                (&config.pretrain, config.uptrain(steps)),
+                span,
+                false,
+            );
+        }
+        for task in &config.tasks {
+            let train = config.finetune.train(config.finetune.steps, config.seed);
+            plan(
+                format!("finetune {} on {}", m.name, task.name),
+                t5.clone().with_dropout(config.finetune.dropout),
+                (&config.finetune, train),
+                (task.input_length, task.target_length),
+                true,
+            );
+        }
+    }
+    let plans: Vec<RunPlan> = stages.iter().map(|(p, ..)| p.clone()).collect();
+    crate::dry_run::print(cli, "", &plans);
+    if mode == crate::dry_run::DryRun::Step {
+        for (p, t5, train, (s, t)) in &stages {
+            let estimate = 4.0
+                * (2.0 * p.params as f64 + p.optimizer_floats + t5.activation_floats(1, *s, *t));
+            real_step(
+                &p.label,
+                (estimate, s + t),
+                || t5.init(&device),
+                SyntheticSeq2Seq::new(*s, *t, t5.vocab_size),
+                train,
+                &device,
+            )?;
+        }
+    }
+    Ok(())
+}
+
 pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result<()> {
     if cli.report_only {
         return render(&cli.out);
     }
     let config: PipelineConfig = cli.load_config(builtin)?;
     config.validate()?;
+    if let Some(mode) = cli.dry_run {
+        return dry_run_pipeline(&cli, &config, mode);
+    }
     let options = SourceOptions {
         data_dir: (!config.data_dir.is_empty()).then(|| config.data_dir.clone().into()),
         ..SourceOptions::default()

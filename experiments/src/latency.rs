@@ -196,6 +196,53 @@ impl Cell {
 }
 
 /// Runs the sweep (or only the report, with `--report`).
+/// `--dry-run`: per model and context, the timed model's size and training memory (the benchmark
+/// trains with Adam: two moments per parameter), and device-hours from this output directory's
+/// `latency.csv` where it timed that cell. The benchmark's steps are themselves the real step, so
+/// `step` adds nothing.
+fn dry_run(
+    cli: &Cli,
+    config: &LatencyConfig,
+    archs: &[Architecture],
+    device: &Device,
+) -> Result<()> {
+    let timed: Vec<LatencyRow> = csv::Reader::from_path(cli.out.join("latency.csv"))
+        .ok()
+        .map(|mut r| r.deserialize().filter_map(Result::ok).collect())
+        .unwrap_or_default();
+    let build = device.clone().without_autodiff();
+    let mut plans = Vec::new();
+    for &context in &config.contexts {
+        let batch = (config.tokens_per_batch / context).max(1);
+        for &arch in archs {
+            let model_config =
+                ModelConfig::preset(&config.preset, arch, context).map_err(anyhow::Error::msg)?;
+            let model = model_config.init(Direction::Causal, &build);
+            let (params, optimizer_floats) =
+                crate::dry_run::param_stats(&model, &training::optimizer::OptimizerConfig::adamw());
+            let steps = config.warmup_steps + config.timed_steps;
+            plans.push(crate::dry_run::RunPlan {
+                label: format!("{} @ {context}", arch.name()),
+                runs: 1,
+                params,
+                tokens_per_step: batch * context,
+                steps,
+                optimizer_floats,
+                activation_floats: model_config.activation_floats_per_token(context)
+                    * (batch * context) as f64,
+                kv_cache_floats: 0.0,
+                train_flops: model_config.train_flops_per_step(batch, context) * steps as f64,
+                step_seconds: timed
+                    .iter()
+                    .find(|r| r.model == arch.name() && r.context == context && r.batch == batch)
+                    .map(|r| r.median_s_per_step),
+            });
+        }
+    }
+    crate::dry_run::print(cli, "", &plans);
+    Ok(())
+}
+
 pub fn run(cli: Cli) -> Result<()> {
     let csv_path = cli.out.join("latency.csv");
     if cli.report_only {
@@ -213,6 +260,9 @@ pub fn run(cli: Cli) -> Result<()> {
         );
     }
     let device = cli.one_device()?.train_device()?;
+    if cli.dry_run.is_some() {
+        return dry_run(&cli, &config, &archs, &device);
+    }
     let provenance = cli.save_provenance(&config)?;
     eprintln!(
         "table11 ({}): {} on {}",

@@ -4,6 +4,7 @@
 
 pub mod claims;
 pub mod configs;
+pub mod dry_run;
 pub mod gqa_decode;
 pub mod gqa_pipeline;
 pub mod latency;
@@ -79,6 +80,9 @@ pub struct Cli {
     pub store: PathBuf,
     /// Re-render charts and tables from the existing CSVs instead of running.
     pub report_only: bool,
+    /// Print what each run needs (and with `step`, take one real step of each model) instead of
+    /// running.
+    pub dry_run: Option<dry_run::DryRun>,
 }
 
 /// The options as clap parses them; [`Cli`] adds the defaults that depend on the experiment.
@@ -115,6 +119,12 @@ struct Args {
     /// Re-render the charts and tables from the CSVs already in the output directory; runs nothing.
     #[arg(long)]
     report: bool,
+    /// Resolve the configuration, build every model on the device and print per run its
+    /// parameters, tokens per step, memory and (where this device's step time is known)
+    /// device-hours; train and write nothing. `--dry-run=step` also takes one real training step
+    /// of each model with one sequence per batch.
+    #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, require_equals = true, default_missing_value = "plan")]
+    dry_run: Option<dry_run::DryRun>,
 }
 
 fn parse_backend(s: &str) -> Result<Backend> {
@@ -201,6 +211,7 @@ impl Cli {
             out,
             store,
             report_only: a.report,
+            dry_run: a.dry_run,
         })
     }
 

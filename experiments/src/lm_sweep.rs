@@ -20,6 +20,7 @@ use training::trainer::{MetricsRow, RunOptions, Stepper, TrainConfig, stop_on_ct
 use training::{write_atomic, write_json};
 
 use crate::Cli;
+use crate::dry_run::{DryRun, RunPlan};
 use crate::run_store;
 pub use crate::verdict::SweepRow;
 use crate::verdict::{StepCost, StepTime, Summary, Verdict, summarize};
@@ -215,6 +216,9 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         split_batch(config.tokens_per_batch, context, devices.len())?;
     }
     let models = sweep_models(&config)?;
+    if let Some(mode) = cli.dry_run {
+        return dry_run_sweep(&cli, &config, &models, &devices, mode);
+    }
     let data = sweep_data(&config)?;
     let LmData {
         spec,
@@ -535,15 +539,8 @@ fn calibrate_step_times(
         let _ = std::fs::remove_file(&path);
         return Ok(());
     }
-    // What a step's cost depends on, per model and context.
-    let cell_hash = |m: &SweepModel, context: usize| -> Result<String> {
-        let (batch, device_batch) = split_batch(config.tokens_per_batch, context, devices.len())?;
-        let model = run_model_config(config, m, context, data.tok.vocab_size())?;
-        Ok(run_store::run_hash(&serde_json::json!({
-            "model": model_identity(&model)?, "objective": config.objective, "context": context, "batch": batch,
-            "device_batch": device_batch, "devices": devices.len(), "optimizer": config.optimizer,
-            "grad_accum": config.grad_accum, "clip_norm": config.clip_norm,
-        })))
+    let cell_hash = |m: &SweepModel, context: usize| {
+        step_cost_hash(config, m, context, data.tok.vocab_size(), devices.len())
     };
     let mut wanted = Vec::new();
     for &c in &config.contexts {
@@ -620,6 +617,94 @@ fn calibrate_step_times(
         }
     }
     crate::write_csv(&path, &times)
+}
+
+/// What a step's cost depends on, per model and context: a calibration of another configuration
+/// is not used.
+fn step_cost_hash(
+    config: &LmSweepConfig,
+    m: &SweepModel,
+    context: usize,
+    vocab: usize,
+    devices: usize,
+) -> Result<String> {
+    let (batch, device_batch) = split_batch(config.tokens_per_batch, context, devices)?;
+    let model = run_model_config(config, m, context, vocab)?;
+    Ok(run_store::run_hash(&serde_json::json!({
+        "model": model_identity(&model)?, "objective": config.objective, "context": context, "batch": batch,
+        "device_batch": device_batch, "devices": devices, "optimizer": config.optimizer,
+        "grad_accum": config.grad_accum, "clip_norm": config.clip_norm,
+    })))
+}
+
+/// `--dry-run` of a sweep: every (model, context) built on the device as its runs would be, the
+/// plan printed (device-hours from the output directory's step-time calibration where it timed
+/// this configuration on this machine); with `step`, one real training step of each, one sequence
+/// per batch, on synthetic tokens (no data needed).
+fn dry_run_sweep(
+    cli: &Cli,
+    config: &LmSweepConfig,
+    models: &[SweepModel],
+    devices: &[burn::tensor::Device],
+    mode: DryRun,
+) -> Result<()> {
+    let vocab = crate::dry_run::vocab_size(&config.tokenizer)?;
+    let times = read_step_times(&cli.out).ok().flatten().unwrap_or_default();
+    let masked = matches!(config.objective, Objective::Masked);
+    let build_device = devices[0].clone().without_autodiff();
+    let mut plans = Vec::new();
+    let mut configs = Vec::new();
+    for &context in &config.contexts {
+        let (batch, device_batch) = split_batch(config.tokens_per_batch, context, devices.len())?;
+        for m in models {
+            let model_config = run_model_config(config, m, context, vocab)?;
+            let model = model_config.init(config.objective.direction(), &build_device);
+            let (params, optimizer_floats) = crate::dry_run::param_stats(&model, &config.optimizer);
+            let hash = step_cost_hash(config, m, context, vocab, devices.len())?;
+            let mut secs: Vec<f64> = times
+                .iter()
+                .filter(|t| t.model == m.name && t.context == context && t.config == hash)
+                .map(|t| t.seconds)
+                .collect();
+            plans.push(RunPlan {
+                label: format!("{} @ {context}", m.name),
+                runs: m.seeds.len(),
+                params,
+                tokens_per_step: batch * context * config.grad_accum,
+                steps: config.steps,
+                optimizer_floats,
+                activation_floats: model_config.activation_floats_per_token(context)
+                    * (device_batch * context) as f64,
+                kv_cache_floats: 0.0,
+                train_flops: model_config.train_flops_per_step(batch * config.grad_accum, context)
+                    * config.steps as f64,
+                step_seconds: (!secs.is_empty()).then(|| crate::median(&mut secs)),
+            });
+            configs.push(model_config);
+        }
+    }
+    crate::dry_run::print(cli, "", &plans);
+    if mode == DryRun::Step {
+        let train = TrainConfig {
+            grad_accum: 1,
+            ..run_train_config(config, config.seeds[0])
+        };
+        for (plan, model_config) in plans.iter().zip(&configs) {
+            crate::dry_run::real_lm_step(plan, model_config, masked, &train, &devices[0])?;
+        }
+    }
+    Ok(())
+}
+
+/// The model configuration `name`'s runs of the sweep have at `context`, with the vocabulary the
+/// sweep's tokenizer will give (no data read: `--dry-run` of the experiments built on a sweep).
+pub fn planned_model(config: &LmSweepConfig, name: &str, context: usize) -> Result<ModelConfig> {
+    let models = sweep_models(config)?;
+    let Some(m) = models.iter().find(|m| m.name == name) else {
+        bail!("`{name}` is not a model of the sweep");
+    };
+    let vocab = crate::dry_run::vocab_size(&config.tokenizer)?;
+    run_model_config(config, m, context, vocab)
 }
 
 /// A stepper of either objective's task (the calibration steps the sweep's objective).

@@ -261,6 +261,18 @@ pub fn train(
     Ok((tokenizer, start.elapsed().as_secs_f64()))
 }
 
+impl TokenizerSpec {
+    /// The vocabulary size the tokenizer will have, where the spec alone fixes it (bytes, and a
+    /// trained BPE or Unigram of a given size); a file's or a hub model's must be read.
+    pub fn known_vocab_size(&self) -> Option<usize> {
+        match self {
+            TokenizerSpec::Bytes => Some(BYTE_VOCAB),
+            TokenizerSpec::Bpe(n) | TokenizerSpec::Unigram(n) => Some(*n),
+            TokenizerSpec::File(_) | TokenizerSpec::Hub(_) => None,
+        }
+    }
+}
+
 /// Loads the tokenizer `spec` names. Trained tokenizers are cached in `cache_dir` under
 /// `<corpus>-<kind>-<size>.json` and trained on `corpus_texts()` only when that file is missing.
 pub fn load(

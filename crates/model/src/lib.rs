@@ -18,6 +18,7 @@ pub mod fused;
 pub mod gau;
 pub mod layers;
 pub mod lm;
+pub mod memory;
 pub mod runtime;
 pub mod t5;
 pub mod t5_hf;

@@ -96,6 +96,28 @@ impl OptimizerConfig {
     }
 }
 
+impl OptimizerConfig {
+    /// Floats of optimizer state for parameters of these shapes (`--dry-run`'s memory plan), as
+    /// burn-optim 0.22 keeps them: Adafactor factors the second moment of a matrix (or a stack of
+    /// them) into row and column means over its last two dimensions and keeps a vector's in full,
+    /// without momentum; AdamW keeps both moments of every parameter.
+    pub fn state_floats(&self, shapes: &[Vec<usize>]) -> f64 {
+        shapes
+            .iter()
+            .map(|shape| {
+                let numel: usize = shape.iter().product();
+                match (self, shape.as_slice()) {
+                    (Self::AdamW { .. }, _) => 2 * numel,
+                    (Self::Adafactor { .. }, [.., rows, cols]) => {
+                        numel / (rows * cols).max(1) * (rows + cols)
+                    }
+                    (Self::Adafactor { .. }, _) => numel,
+                }
+            })
+            .sum::<usize>() as f64
+    }
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -106,6 +128,21 @@ mod tests {
     use burn::module::{Module, Param};
     use burn::optim::GradientsParams;
     use burn::prelude::*;
+
+    #[test]
+    fn state_floats_follow_burn_optims_layout() {
+        // A [2, 3] matrix and a [3] vector: Adafactor keeps 2 row + 3 column means and the full
+        // vector; a stack of 4 such matrices four times that; AdamW two of every float.
+        let shapes = [vec![2, 3], vec![3], vec![4, 2, 3]];
+        assert_eq!(
+            OptimizerConfig::adafactor().state_floats(&shapes),
+            (2 + 3 + 3 + 4 * 5) as f64
+        );
+        assert_eq!(
+            OptimizerConfig::adamw().state_floats(&shapes),
+            (2 * (6 + 3 + 24)) as f64
+        );
+    }
 
     /// A module holding one [2, 3] matrix and one [3] vector.
     #[derive(Module, Debug)]
