@@ -208,6 +208,15 @@ pub struct PipelineConfig {
     /// the checkpoint left it (step S_pretrain + s), or `restart` it with a new warm-up.
     #[serde(default)]
     pub uptrain_schedule: UptrainSchedule,
+    /// Fine-tuning examples held in the shuffle buffer, drawn at random with `seed` (1: the files'
+    /// order). Default seqio's 1,000 (`data::epochs::DEFAULT_SHUFFLE_BUFFER`), which T5 and the
+    /// paper's t5x read through; the paper does not state its own.
+    #[serde(default = "default_shuffle_buffer")]
+    pub shuffle_buffer: usize,
+}
+
+fn default_shuffle_buffer() -> usize {
+    data::epochs::DEFAULT_SHUFFLE_BUFFER
 }
 
 /// Where uptraining's learning-rate schedule starts.
@@ -723,7 +732,9 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             let dir = stages.join(format!("finetune-{}-{}", model_key(m), task_config.name));
             let stage = Stage {
                 label: format!("finetune {} on {}", m.name, task_config.name),
-                origin: serde_json::json!({ "from": origin, "task": task_config }),
+                origin: serde_json::json!({
+                    "from": origin, "task": task_config, "shuffle_buffer": config.shuffle_buffer,
+                }),
                 train: config.finetune.train(config.finetune.steps, config.seed),
                 flops_per_step: t5_ft.train_flops(
                     config.finetune.batch,
@@ -743,11 +754,15 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                 format,
                 config.score_examples,
             )?;
+            let shuffle = data::epochs::Shuffle {
+                buffer: config.shuffle_buffer,
+                seed: config.seed,
+            };
             let mut task = FineTuneTask::new(
                 data,
                 format,
-                config.finetune.batch,
-                config.finetune.eval_size,
+                (config.finetune.batch, config.finetune.eval_size),
+                shuffle,
             )?;
             let tuned = stage.run(
                 model.clone().with_dropout(config.finetune.dropout),

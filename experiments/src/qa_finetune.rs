@@ -71,6 +71,18 @@ pub struct Table4Config {
     /// Fine-tuning step-time calibration: timed rounds after one untimed round, every model in
     /// turn (default 9, as the LM sweeps').
     pub timing_rounds: usize,
+    /// Fine-tuning examples held in the shuffle buffer, drawn at random with each run's seed (1:
+    /// the files' order). Default seqio's 1,000 (`data::epochs::DEFAULT_SHUFFLE_BUFFER`); the paper
+    /// does not state its own.
+    #[serde(default = "default_shuffle_buffer")]
+    pub shuffle_buffer: usize,
+}
+
+/// The files' order, where the order does not matter (the held-out set, the timed steps).
+const UNSHUFFLED: data::epochs::Shuffle = data::epochs::Shuffle { buffer: 1, seed: 0 };
+
+fn default_shuffle_buffer() -> usize {
+    data::epochs::DEFAULT_SHUFFLE_BUFFER
 }
 
 /// One fine-tuned run's scores: a row of `scores.csv`.
@@ -127,7 +139,7 @@ fn trivial_baseline(
         .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
         .map(|(a, _)| a.clone())
         .unwrap_or_default();
-    let eval = LmQaTask::new(data.clone(), format, 1, eval_examples)?;
+    let eval = LmQaTask::new(data.clone(), format, (1, eval_examples), UNSHUFFLED)?;
     let score = metrics::triviaqa::corpus(eval.eval_examples().iter().map(|e| {
         (
             Some(answer.as_str()),
@@ -337,6 +349,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
         let identity = serde_json::json!({
             "pretrained": dir_name(&r.dir), "dataset": spec.name, "format": format,
             "batch": config.batch, "train": train_cfg, "eval_examples": config.eval_examples,
+            "shuffle_buffer": config.shuffle_buffer,
         });
         let ft_dir = run_store::run_dir(
             &cli.store,
@@ -346,7 +359,16 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
         );
         run_store::claim(&ft_dir, &identity)?;
         let label = format!("{} QA fine-tuning, seed {}", r.model, r.seed);
-        let mut task = LmQaTask::new(qa_data.clone(), format, config.batch, config.eval_examples)?;
+        let shuffle = data::epochs::Shuffle {
+            buffer: config.shuffle_buffer,
+            seed: r.seed,
+        };
+        let mut task = LmQaTask::new(
+            qa_data.clone(),
+            format,
+            (config.batch, config.eval_examples),
+            shuffle,
+        )?;
         let scores_path = ft_dir.join("scores.json");
         let row: ScoreRow = match std::fs::read(&scores_path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
@@ -457,7 +479,7 @@ fn calibrate_finetune(
         let Some(r) = runs.iter().find(|r| &r.model == m) else {
             continue;
         };
-        let task = LmQaTask::new(data.clone(), format, config.batch, 1)?;
+        let task = LmQaTask::new(data.clone(), format, (config.batch, 1), UNSHUFFLED)?;
         let model = r.model_config.init(Direction::Causal, &devices[0]);
         let cfg = train_config(config, r.seed);
         steppers.push((m.clone(), Stepper::new(&cfg, model, task, devices)?));

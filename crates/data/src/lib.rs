@@ -12,6 +12,7 @@
 //! - [`corpus`]: building the offline `gutenberg_shakespeare` corpus and its derived seq2seq tasks.
 
 pub mod corpus;
+pub mod epochs;
 pub mod example;
 #[cfg(feature = "hub")]
 pub mod hub;

@@ -273,3 +273,54 @@ fn example_streams_reopen_at_every_position() {
         }
     }
 }
+
+#[test]
+fn epoch_streams_shuffle_by_seed_and_resume_exactly() {
+    use data::epochs::{EpochStream, Shuffle};
+    let (_dir, files) = books();
+    let spec = registry::lookup("pg19").unwrap();
+    let in_file_order: Vec<Example> = stream_at(&files, Default::default())
+        .map(Result::unwrap)
+        .collect();
+    let n = in_file_order.len();
+    let draw = |shuffle: Shuffle, k: usize| -> Vec<Example> {
+        let mut s = EpochStream::open(spec, files.clone(), shuffle).unwrap();
+        (0..k).map(|_| s.next_example().unwrap()).collect()
+    };
+    // A buffer of 1 keeps the files' order, epoch after epoch.
+    let plain = draw(Shuffle { buffer: 1, seed: 7 }, 2 * n);
+    assert_eq!(plain[..n], in_file_order[..]);
+    assert_eq!(plain[n..], in_file_order[..]);
+    // A buffer reorders each epoch, which is still every example once.
+    let sorted = |mut v: Vec<Example>| {
+        v.sort_by_key(|e| format!("{e:?}"));
+        v
+    };
+    let a = draw(Shuffle { buffer: 8, seed: 1 }, 2 * n);
+    for epoch in a.chunks(n) {
+        assert_eq!(sorted(epoch.to_vec()), sorted(in_file_order.clone()));
+    }
+    assert_ne!(
+        a[..n],
+        in_file_order[..],
+        "a buffer of 8 left 18 examples in order"
+    );
+    assert_ne!(a[..n], a[n..], "two epochs drew the same order");
+    // The seed decides the order: the same seed repeats it, another changes it.
+    assert_eq!(draw(Shuffle { buffer: 8, seed: 1 }, 2 * n), a);
+    assert_ne!(draw(Shuffle { buffer: 8, seed: 2 }, 2 * n), a);
+    // Restored at any point of either epoch, the stream continues exactly as it would have.
+    for k in [0, 1, 5, n - 1, n, n + 3, 2 * n - 1] {
+        let shuffle = Shuffle { buffer: 8, seed: 1 };
+        let mut first = EpochStream::open(spec, files.clone(), shuffle).unwrap();
+        for _ in 0..k {
+            first.next_example().unwrap();
+        }
+        let mut resumed = EpochStream::open(spec, files.clone(), shuffle).unwrap();
+        resumed.restore(first.state()).unwrap();
+        let rest: Vec<Example> = (k..2 * n)
+            .map(|_| resumed.next_example().unwrap())
+            .collect();
+        assert_eq!(rest, a[k..], "resumed after {k} examples");
+    }
+}

@@ -5,19 +5,16 @@
 //! `answer_length` answer tokens always fit in the model's context. Answers are generated greedily
 //! through the model's decoding state and scored with TriviaQA's F1 / EM over every alias.
 
-use std::path::PathBuf;
-
 use anyhow::{Result, bail};
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use data::epochs::{EpochState, EpochStream, Shuffle};
 use data::example::Example;
-use data::registry::DatasetSpec;
 use data::source::{ExampleStream, StreamPosition};
 use data::tokenize::Tok;
 use model::{LanguageModel, cross_entropy};
 use serde::{Deserialize, Serialize};
 
 use crate::lm_task::LmData;
-use crate::t5_task::FineTuneState;
 use crate::trainer::Task;
 
 /// One QA example as token ids: the prompt, the answer (ending with EOS) and every accepted answer
@@ -143,25 +140,24 @@ pub fn qa_loss(
     )
 }
 
-/// Fine-tuning on a QA dataset, epoch after epoch in file order, with a fixed held-out set.
+/// Fine-tuning on a QA dataset, epoch after epoch (each shuffled by the run's seed), with a fixed
+/// held-out set.
 pub struct LmQaTask {
-    spec: &'static DatasetSpec,
-    files: Vec<PathBuf>,
     tok: Tok,
     format: LmQaFormat,
-    docs: ExampleStream,
-    epoch: usize,
+    train: EpochStream,
     batch: usize,
     eval: Vec<LmQaExample>,
 }
 
 impl LmQaTask {
-    /// The first `eval_examples` examples of the eval files are the held-out set.
+    /// The first `eval_examples` examples of the eval files are the held-out set; the training
+    /// examples come in `shuffle`'s order.
     pub fn new(
         data: LmData,
         format: LmQaFormat,
-        batch: usize,
-        eval_examples: usize,
+        (batch, eval_examples): (usize, usize),
+        shuffle: Shuffle,
     ) -> Result<Self> {
         format.check()?;
         let LmData {
@@ -179,12 +175,9 @@ impl LmQaTask {
             bail!("the {} eval split holds no examples", spec.name);
         }
         Ok(Self {
-            docs: ExampleStream::open_at(spec, train_files.clone(), StreamPosition::default())?,
-            spec,
-            files: train_files,
+            train: EpochStream::open(spec, train_files, shuffle)?,
             tok,
             format,
-            epoch: 0,
             batch,
             eval,
         })
@@ -200,22 +193,13 @@ impl LmQaTask {
     }
 
     fn next_example(&mut self) -> Result<LmQaExample> {
-        loop {
-            if let Some(example) = self.docs.next().transpose()? {
-                return self.format.build(&example, &self.tok);
-            }
-            self.epoch += 1;
-            if self.epoch > 1000 {
-                bail!("the {} train split holds no examples", self.spec.name);
-            }
-            self.docs =
-                ExampleStream::open_at(self.spec, self.files.clone(), StreamPosition::default())?;
-        }
+        let example = self.train.next_example()?;
+        self.format.build(&example, &self.tok)
     }
 }
 
 impl Task<LanguageModel> for LmQaTask {
-    type State = FineTuneState;
+    type State = EpochState;
 
     fn train_loss(&mut self, model: &LanguageModel, device: &Device) -> Result<(Tensor<1>, usize)> {
         let examples: Vec<LmQaExample> = (0..self.batch)
@@ -236,17 +220,12 @@ impl Task<LanguageModel> for LmQaTask {
         Ok(total / tokens.max(1) as f64)
     }
 
-    fn state(&self) -> FineTuneState {
-        FineTuneState {
-            epoch: self.epoch,
-            position: self.docs.position(),
-        }
+    fn state(&self) -> EpochState {
+        self.train.state()
     }
 
-    fn restore(&mut self, state: FineTuneState) -> Result<()> {
-        self.epoch = state.epoch;
-        self.docs = ExampleStream::open_at(self.spec, self.files.clone(), state.position)?;
-        Ok(())
+    fn restore(&mut self, state: EpochState) -> Result<()> {
+        self.train.restore(state)
     }
 }
 

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use data::epochs::{EpochState, EpochStream, Shuffle};
 use data::registry::DatasetSpec;
 use data::rng::SplitMix64;
 use data::source::{ExampleStream, StreamPosition};
@@ -163,33 +164,24 @@ impl Task<T5Model> for SpanCorruptionTask {
     }
 }
 
-/// Position of a fine-tuning stream: epoch and the next example.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct FineTuneState {
-    pub epoch: usize,
-    pub position: StreamPosition,
-}
-
 /// Supervised fine-tuning on a seq2seq or QA dataset, formatted and truncated by [`Seq2SeqTask`]
-/// (input / output lengths per task), epoch after epoch in file order.
+/// (input / output lengths per task), epoch after epoch, each epoch shuffled by the run's seed.
 pub struct FineTuneTask {
-    spec: &'static DatasetSpec,
-    files: Vec<PathBuf>,
     tok: Tok,
     format: Seq2SeqTask,
-    docs: ExampleStream,
-    epoch: usize,
+    train: EpochStream,
     batch: usize,
     eval: Vec<Seq2SeqExample>,
 }
 
 impl FineTuneTask {
-    /// The first `eval_examples` examples of the eval files are the held-out set.
+    /// The first `eval_examples` examples of the eval files are the held-out set; the training
+    /// examples come in `shuffle`'s order.
     pub fn new(
         data: LmData,
         format: Seq2SeqTask,
-        batch: usize,
-        eval_examples: usize,
+        (batch, eval_examples): (usize, usize),
+        shuffle: Shuffle,
     ) -> Result<Self> {
         let LmData {
             spec,
@@ -199,12 +191,9 @@ impl FineTuneTask {
         } = data;
         let eval = first_examples(spec, eval_files, &tok, format, eval_examples)?;
         Ok(Self {
-            docs: ExampleStream::open_at(spec, train_files.clone(), StreamPosition::default())?,
-            spec,
-            files: train_files,
+            train: EpochStream::open(spec, train_files, shuffle)?,
             tok,
             format,
-            epoch: 0,
             batch,
             eval,
         })
@@ -220,17 +209,8 @@ impl FineTuneTask {
     }
 
     fn next_example(&mut self) -> Result<Seq2SeqExample> {
-        loop {
-            if let Some(example) = self.docs.next().transpose()? {
-                return self.format.build(&example, &self.tok);
-            }
-            self.epoch += 1;
-            if self.epoch > 1000 {
-                bail!("the {} train split holds no examples", self.spec.name);
-            }
-            self.docs =
-                ExampleStream::open_at(self.spec, self.files.clone(), StreamPosition::default())?;
-        }
+        let example = self.train.next_example()?;
+        self.format.build(&example, &self.tok)
     }
 }
 
@@ -254,7 +234,7 @@ pub fn first_examples(
 }
 
 impl Task<T5Model> for FineTuneTask {
-    type State = FineTuneState;
+    type State = EpochState;
 
     fn train_loss(&mut self, model: &T5Model, device: &Device) -> Result<(Tensor<1>, usize)> {
         let examples: Vec<Seq2SeqExample> = (0..self.batch)
@@ -267,17 +247,12 @@ impl Task<T5Model> for FineTuneTask {
         Ok(eval_seq2seq(model, &self.eval, self.batch, device))
     }
 
-    fn state(&self) -> FineTuneState {
-        FineTuneState {
-            epoch: self.epoch,
-            position: self.docs.position(),
-        }
+    fn state(&self) -> EpochState {
+        self.train.state()
     }
 
-    fn restore(&mut self, state: FineTuneState) -> Result<()> {
-        self.epoch = state.epoch;
-        self.docs = ExampleStream::open_at(self.spec, self.files.clone(), state.position)?;
-        Ok(())
+    fn restore(&mut self, state: EpochState) -> Result<()> {
+        self.train.restore(state)
     }
 }
 

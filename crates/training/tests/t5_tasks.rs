@@ -200,8 +200,14 @@ fn fine_tuning_reads_a_seq2seq_dataset_and_generates() {
         input_length: 32,
         target_length: 24,
     };
-    let mut task =
-        FineTuneTask::new(lm_data(dir.path(), "shakespeare_modernize"), format, 4, 3).unwrap();
+    let shuffle = data::epochs::Shuffle { buffer: 8, seed: 0 };
+    let mut task = FineTuneTask::new(
+        lm_data(dir.path(), "shakespeare_modernize"),
+        format,
+        (4, 3),
+        shuffle,
+    )
+    .unwrap();
     assert_eq!(task.eval_examples().len(), 3);
     let out = train(
         &config(4),
