@@ -54,7 +54,13 @@ impl RunPlan {
     /// Bytes of one device's memory: parameters and (when the run trains) their gradients,
     /// optimizer state and kept activations, at 4 bytes per float.
     pub fn train_bytes(&self) -> f64 {
-        4.0 * (self.weight_floats() + self.optimizer_floats + self.activation_floats)
+        self.bytes_with_activations(self.activation_floats)
+    }
+
+    /// [`Self::train_bytes`] with `activation_floats` kept instead of the run's batch's (the real
+    /// step's one sequence).
+    pub fn bytes_with_activations(&self, activation_floats: f64) -> f64 {
+        4.0 * (self.weight_floats() + self.optimizer_floats + activation_floats)
     }
 
     /// Parameters, and their gradients when the run trains (`steps > 0`).
@@ -362,10 +368,9 @@ pub fn real_lm_step(
     } else {
         model::Direction::Causal
     };
-    let estimate = 4.0
-        * (2.0 * plan.params as f64
-            + plan.optimizer_floats
-            + config.activation_floats_per_token(config.context) * config.context as f64);
+    let estimate = plan.bytes_with_activations(
+        config.activation_floats_per_token(config.context) * config.context as f64,
+    );
     real_step(
         &plan.label,
         (estimate, config.context),

@@ -566,8 +566,7 @@ fn dry_run_pipeline(
     crate::dry_run::print(cli, "", &plans);
     if mode == crate::dry_run::DryRun::Step {
         for (p, t5, train, (s, t)) in &stages {
-            let estimate = 4.0
-                * (2.0 * p.params as f64 + p.optimizer_floats + t5.activation_floats(1, *s, *t));
+            let estimate = p.bytes_with_activations(t5.activation_floats(1, *s, *t));
             real_step(
                 &p.label,
                 (estimate, s + t),
