@@ -430,6 +430,7 @@ fn layer_ablation_claims(results: &Path) -> Vec<Claim> {
             }
         };
         let contexts: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.context).collect();
+        let before = claims.len();
         for c in contexts {
             let table = crate::verdict::ablation_rows(&rows, &config.baseline, c);
             let Some(verdict) = crate::verdict::default_is_best(&table) else {
@@ -455,6 +456,11 @@ fn layer_ablation_claims(results: &Path) -> Vec<Claim> {
                 paper,
                 verdict: Some(verdict),
             });
+        }
+        // A sweep still running (or one whose ablations have no finished runs) keeps its row.
+        if claims.len() == before {
+            let e = anyhow::anyhow!("no ablation of {} has a finished run yet", config.baseline);
+            claims.push(missing("F8", &claim, id, paper, e));
         }
     }
     claims
