@@ -22,6 +22,7 @@ pub mod memory;
 pub mod runtime;
 pub mod t5;
 pub mod t5_hf;
+pub mod testing;
 pub mod transformer;
 
 pub use attention::{ChunkParts, MixedChunkSpec};

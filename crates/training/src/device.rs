@@ -14,7 +14,8 @@ pub enum Backend {
     Flex,
     /// GPU through wgpu (cargo feature `wgpu`).
     Wgpu,
-    /// LibTorch on CPU, or CUDA GPU 0 when torch has CUDA (cargo feature `tch`; needs a libtorch).
+    /// LibTorch's CUDA GPU 0 (cargo feature `tch`; needs a CUDA libtorch 2.9.0, see the README's
+    /// Backends). Not libtorch's CPU device: on a CPU, `flex` is the backend (and the faster one).
     Tch,
     /// CUDA through CubeCL (cargo feature `cuda`; its build downloads LLVM).
     Cuda,
@@ -40,9 +41,10 @@ impl Backend {
             Backend::Flex => Ok(Device::flex()),
             #[cfg(feature = "wgpu")]
             Backend::Wgpu => Ok(Device::wgpu(burn::tensor::DeviceKind::default())),
+            // GPU 0, the device `--devices N` starts from too: `Device::libtorch()` is the CPU.
             #[cfg(feature = "tch")]
             #[allow(deprecated)]
-            Backend::Tch => Ok(Device::libtorch()),
+            Backend::Tch => Ok(Device::libtorch_cuda(0)),
             #[cfg(feature = "cuda")]
             Backend::Cuda => Ok(Device::cuda(0)),
             #[allow(unreachable_patterns)]

@@ -1,4 +1,4 @@
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::Gradients;
@@ -92,23 +92,9 @@ pub fn param_grads<M: Module>(module: &M, grads: &Gradients) -> Vec<Option<Vec<f
     c.out
 }
 
-/// Adds N(0, std) noise to every float parameter, so that every path of a freshly initialised model
-/// (many start near zero, e.g. FLASH's γ ~ N(0, 0.02)) moves the outputs enough for a leak to show.
+/// Adds N(0, std) noise to every float parameter on `flex` (see `model::testing::perturb`).
 pub fn perturb<M: Module>(module: M, std: f64, seed: u64) -> M {
-    struct Noise(f64);
-    impl ModuleMapper for Noise {
-        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-            let std = self.0;
-            param.map(|t| {
-                let grad = t.is_require_grad();
-                let noisy =
-                    (t.clone().detach() + t.random_like(Distribution::Normal(0.0, std))).detach();
-                noisy.set_require_grad(grad)
-            })
-        }
-    }
-    device().seed(seed);
-    module.map(&mut Noise(std))
+    model::testing::perturb(module, std, &device(), seed)
 }
 
 /// Every architecture's tiny preset, then the GAU ablations of FLASH Table 1 on tiny FLASH-Quad
