@@ -62,10 +62,10 @@ report id *args:
 # A non-flex device writes to runs/<id>/smoke-<device> and its own run store, so that it trains
 # instead of reusing the flex runs (a run's identity names no device).
 # Every experiment at smoke scale (seconds each) on flex, or on another device: `just smoke wgpu` (with REPRO_FEATURES=experiments/wgpu)
-smoke device="flex":
+smoke device="flex" ids=experiments:
     #!/usr/bin/env bash
     set -euo pipefail
-    for id in {{experiments}}; do
+    for id in {{ids}}; do
         if [ {{device}} = flex ]; then
             just repro $id --profile smoke
         else
