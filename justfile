@@ -78,10 +78,9 @@ smoke device="flex" ids=experiments:
 bench-data:
     cargo bench -p data --bench read_throughput
 
-# All tests of the workspace, then the model tests again on the plain reference kernels (the path
-# every non-CPU backend runs; the fused-kernel tests are skipped there, they compare the two paths).
-# `--workspace` keeps the features of the first build: `-p model` alone resolves burn with other
-# features and compiles every dependency a second time.
+# The reference kernels are the path every non-CPU backend runs; the fused-kernel tests are skipped
+# there (they compare the two paths). `--workspace` keeps the features of the first build: `-p model`
+# alone resolves burn with other features and compiles every dependency a second time.
 # All tests of the workspace (with REPRO_FEATURES=experiments/wgpu also the flex-vs-wgpu tests), then the model tests on the reference kernels
 test:
     cargo test --workspace --features "{{features}}"

@@ -912,22 +912,24 @@ pub fn render(out: &Path) -> Result<()> {
         });
     }
     let device = rows.first().map(|r| r.device.clone()).unwrap_or_default();
-    LineChart {
-        title: format!("Average score vs time per sample — {device}"),
-        x_label: "seconds per sample".into(),
-        y_label: "average score".into(),
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
+    for (file, what, y_label, series) in [
+        ("score_vs_time", "Average score", "average score", &points),
+        (
+            "loss_vs_time",
+            "Fine-tuned held-out loss",
+            "held-out token cross-entropy (mean over tasks)",
+            &loss_points,
+        ),
+    ] {
+        LineChart {
+            title: format!("{what} vs time per sample — {device}"),
+            x_label: "seconds per sample".into(),
+            y_label: y_label.into(),
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+        }
+        .save(&out.join(file), series)?;
     }
-    .save(&out.join("score_vs_time"), &points)?;
-    LineChart {
-        title: format!("Fine-tuned held-out loss vs time per sample — {device}"),
-        x_label: "seconds per sample".into(),
-        y_label: "held-out token cross-entropy (mean over tasks)".into(),
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
-    }
-    .save(&out.join("loss_vs_time"), &loss_points)?;
     write_atomic(&out.join("table.md"), md.as_bytes())
 }
 

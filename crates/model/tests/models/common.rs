@@ -3,6 +3,7 @@ use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::Gradients;
 use model::gau::GauScoring;
+pub use model::testing::{max_rel_diff, token_tensor, tokens, values};
 use model::{Architecture, ModelConfig};
 
 pub fn device() -> Device {
@@ -13,40 +14,9 @@ pub fn autodiff_device() -> Device {
     Device::flex().autodiff()
 }
 
-/// Deterministic pseudo-random token ids in 0..vocab.
-pub fn tokens(seed: u64, batch: usize, len: usize, vocab: usize) -> Vec<i64> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..batch * len)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 33) % vocab as u64) as i64
-        })
-        .collect()
-}
-
-pub fn token_tensor(ids: &[i64], batch: usize, device: &Device) -> Tensor<2, Int> {
-    let len = ids.len() / batch;
-    Tensor::from_data(TensorData::new(ids.to_vec(), [batch, len]), device)
-}
-
 pub fn randn<const D: usize>(shape: [usize; D], seed: u64, device: &Device) -> Tensor<D> {
     device.seed(seed);
     Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
-}
-
-pub fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().try_to_vec_as::<f32>().unwrap()
-}
-
-/// Largest absolute difference, relative to the largest magnitude of `b` (at least 1).
-pub fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "lengths differ");
-    let scale = b.iter().fold(1f32, |m, x| m.max(x.abs()));
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
 }
 
 pub fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
