@@ -1,13 +1,22 @@
 //! Decoding time against the number of K/V groups (the GQA paper's Figure 6): greedy decoding of a
 //! T5.1.1-shaped model with G ∈ {1, 4, 8, 16, 32, 64} K/V heads for H = 64 query heads, every
-//! sequence decoding exactly the output length, time per sample = wall time / batch (encoder
-//! included, as the paper's "time per sample").
+//! sequence decoding exactly the output length.
+//!
+//! The three parts of a sample's time are timed apart, because on a CPU (about 10 FLOPs per byte
+//! of memory traffic, a TPUv4 about 200) the compute-bound parts weigh far more than on the
+//! paper's hardware: the encoder (the same multi-head encoder for every G, timed once), the
+//! cross-attention K/V projection of its output (once per sample, ∝ G) and the decoding steps,
+//! which read the decoder's weights and the K/V cache (∝ G) once per generated token. The steps
+//! of every G are timed in interleaved rounds (one warm-up round, the median of the rest), with
+//! all models in memory sharing the G-independent encoder, embedding and LM head. Time per
+//! sample = encoder + K/V projection per sample + the batch's decoding time / batch.
 
 use std::path::Path;
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::prelude::*;
-use model::t5::{Stop, T5Config};
+use model::t5::{Stop, T5Config, T5Model};
 use report::{LineChart, Scale, Series};
 use serde::{Deserialize, Serialize};
 use training::write_atomic;
@@ -40,14 +49,23 @@ pub struct DecodeConfig {
     pub input_length: usize,
     /// Decoded tokens per sample (paper: 512).
     pub output_length: usize,
-    /// Samples decoded together.
+    /// Samples decoded together (paper: up to 32 per TPUv4 chip).
     pub batch: usize,
-    /// Untimed decodes before timing.
+    /// Samples per timed encoder pass and cross-attention K/V projection; must divide `batch`.
+    /// Both are compute-bound (their time is linear in the batch) and reported per sample; the
+    /// decoder starts from this batch's cache repeated to `batch` samples
+    /// (`DecoderCache::repeat_batch`). XXL shapes at input 2048: 1, as the encoder's
+    /// [B, 64, 2048, 2048] attention scores take 1 GiB per sample.
+    pub encoder_batch: usize,
+    /// Untimed rounds before timing.
     pub warmup: usize,
-    /// Timed decodes; the median is reported.
+    /// Timed rounds (each times every G once); the median is reported.
     pub repeats: usize,
     /// Seed of the weights and inputs.
     pub seed: u64,
+    /// Bytes of the buffer read to measure this machine's memory read bandwidth, the ceiling of a
+    /// decoding step (far larger than the caches: 1 GiB); 0 skips the measurement.
+    pub bandwidth_bytes: usize,
 }
 
 impl DecodeConfig {
@@ -75,9 +93,27 @@ impl DecodeConfig {
             * self.d_kv
             * 4
     }
+
+    /// Bytes of cached K/V one decoding step of the batch reads, averaged over the steps: per
+    /// decoder layer, the cross-attention K/V of every input position and the self-attention K/V
+    /// of the positions decoded so far (1..=T, mean (T + 1) / 2), f32.
+    fn kv_bytes_per_step(&self, groups: usize) -> f64 {
+        let positions = self.input_length as f64 + (self.output_length as f64 + 1.0) / 2.0;
+        (self.n_decoder_layers * self.batch * 2 * groups * self.d_kv * 4) as f64 * positions
+    }
+
+    /// Bytes of weights one decoding step reads (once for the whole batch), f32: per decoder
+    /// layer the self-attention's Q, K, V, O, the cross-attention's Q and O (its K and V were
+    /// applied once to the encoder output) and the gated FFN's three matrices; then the LM head.
+    /// Norms, position biases and the batch's embedding rows are negligible and not counted.
+    fn weight_bytes_per_step(&self, groups: usize) -> f64 {
+        let (d, inner, kv) = (self.d_model, self.n_heads * self.d_kv, groups * self.d_kv);
+        let layer = 2 * d * inner + 2 * d * kv + 2 * d * inner + 3 * d * self.d_ff;
+        (4 * (self.n_decoder_layers * layer + d * self.vocab_size)) as f64
+    }
 }
 
-/// One row of `decode_time.csv`.
+/// One row of `decode_time.csv`: the medians of one group count.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DecodeRow {
     /// K/V heads G.
@@ -90,14 +126,42 @@ pub struct DecodeRow {
     pub output_length: usize,
     /// Parameters of the model.
     pub params: usize,
-    /// Decoding cache at the end, MiB.
+    /// Decoding cache of the batch at the end, MiB.
     pub kv_cache_mib: f64,
-    /// Median seconds per batch.
-    pub median_s: f64,
-    /// Median seconds per sample.
+    /// Encoder seconds per sample (the same encoder for every G, timed once).
+    pub encoder_s_per_sample: f64,
+    /// Cross-attention K/V projection of the encoder output, seconds per sample.
+    pub cross_kv_s_per_sample: f64,
+    /// Median seconds of one decoding step of the batch (one generated token per sample).
+    pub decoder_s_per_token: f64,
+    /// Encoder + K/V projection + decoding steps, seconds per sample.
     pub s_per_sample: f64,
+    /// Cached K/V bytes one decoding step reads (mean over the steps).
+    pub kv_bytes_per_token: f64,
+    /// Weight bytes one decoding step reads.
+    pub weight_bytes_per_token: f64,
+    /// (K/V + weight bytes per step) / seconds per step, GB/s.
+    pub effective_gbps: f64,
+    /// This machine's measured memory read bandwidth, GB/s (0: not measured).
+    pub machine_read_gbps: f64,
     /// Backend and machine.
     pub device: String,
+}
+
+/// One row of `rounds.csv`: one timed round of one group count (the interleaved measurements the
+/// medians and the claim's interquartile ranges come from).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RoundRow {
+    /// Timed round, from 0.
+    pub round: usize,
+    /// K/V heads G.
+    pub groups: usize,
+    /// Cross-attention K/V projection of `encoder_batch` samples, seconds.
+    pub cross_kv_s: f64,
+    /// All decoding steps of the batch, seconds.
+    pub decoder_s: f64,
+    /// Seconds per decoding step of the batch.
+    pub decoder_s_per_token: f64,
 }
 
 fn builtin(profile: Profile) -> &'static str {
@@ -150,6 +214,13 @@ pub fn run(cli: Cli) -> Result<()> {
     if config.groups.is_empty() || config.repeats == 0 || config.batch == 0 {
         bail!("gqa_fig6 config: groups, repeats and batch must be non-empty / positive");
     }
+    if config.encoder_batch == 0 || !config.batch.is_multiple_of(config.encoder_batch) {
+        bail!(
+            "gqa_fig6 config: encoder_batch ({}) must divide batch ({}); set encoder_batch to 1 or to batch",
+            config.encoder_batch,
+            config.batch
+        );
+    }
     for &g in &config.groups {
         config.model(g).validate().map_err(anyhow::Error::msg)?;
     }
@@ -164,98 +235,314 @@ pub fn run(cli: Cli) -> Result<()> {
         config.description,
         provenance.device
     );
-    let mut rows = Vec::new();
-    let mut progress = Progress::new(config.groups.len());
-    let ids: Vec<i64> = (0..config.batch * config.input_length)
-        .map(|i| 3 + (i as i64 * 7919 + config.seed as i64) % (config.vocab_size as i64 - 103))
-        .collect();
-    for &groups in &config.groups {
-        progress.running(format!("G = {groups}"));
-        device.seed(config.seed);
-        let model = config.model(groups).init(&device);
-        let params = burn::module::Module::num_params(&model);
-        let inputs = Tensor::<2, Int>::from_data(
-            TensorData::new(ids.clone(), [config.batch, config.input_length]),
-            &device,
-        );
-        let keep = inputs.clone().greater_elem(-1);
-        let mut times = Vec::new();
-        for i in 0..config.warmup + config.repeats {
-            let start = std::time::Instant::now();
-            let out =
-                model.greedy_decode(inputs.clone(), &keep, config.output_length, Stop::Length);
-            let elapsed = start.elapsed().as_secs_f64();
-            debug_assert!(out.iter().all(|s| s.len() == config.output_length));
-            if i >= config.warmup {
-                times.push(elapsed);
+    let machine_read_gbps = if config.bandwidth_bytes > 0 {
+        let gbps = read_bandwidth_gbps(config.bandwidth_bytes, 5);
+        eprintln!("memory read bandwidth: {gbps:.1} GB/s");
+        gbps
+    } else {
+        0.0
+    };
+    let models = models(&config, &device);
+    let (encoder, encoded, keep) = time_encoder(&config, &models[0].1, &device);
+    let rounds = time_decoding(&config, &models, &encoded, &keep)?;
+    write_csv(&cli.out.join("rounds.csv"), &rounds)?;
+    let rows: Vec<DecodeRow> = models
+        .iter()
+        .map(|(groups, model)| {
+            let groups = *groups;
+            let of = |f: fn(&RoundRow) -> f64| {
+                let mut v: Vec<f64> = rounds
+                    .iter()
+                    .filter(|r| r.groups == groups)
+                    .map(f)
+                    .collect();
+                median(&mut v)
+            };
+            let cross = of(|r| r.cross_kv_s) / config.encoder_batch as f64;
+            let decoder = of(|r| r.decoder_s);
+            let per_token = decoder / config.output_length as f64;
+            let (kv, weights) = (
+                config.kv_bytes_per_step(groups),
+                config.weight_bytes_per_step(groups),
+            );
+            DecodeRow {
+                groups,
+                n_heads: config.n_heads,
+                batch: config.batch,
+                input_length: config.input_length,
+                output_length: config.output_length,
+                params: burn::module::Module::num_params(model),
+                kv_cache_mib: config.cache_bytes(groups) as f64 / (1 << 20) as f64,
+                encoder_s_per_sample: encoder,
+                cross_kv_s_per_sample: cross,
+                decoder_s_per_token: per_token,
+                s_per_sample: encoder + cross + decoder / config.batch as f64,
+                kv_bytes_per_token: kv,
+                weight_bytes_per_token: weights,
+                effective_gbps: (kv + weights) / per_token / 1e9,
+                machine_read_gbps,
+                device: provenance.device.clone(),
             }
-        }
-        let med = median(&mut times);
-        let row = DecodeRow {
-            groups,
-            n_heads: config.n_heads,
-            batch: config.batch,
-            input_length: config.input_length,
-            output_length: config.output_length,
-            params,
-            kv_cache_mib: config.cache_bytes(groups) as f64 / (1 << 20) as f64,
-            median_s: med,
-            s_per_sample: med / config.batch as f64,
-            device: provenance.device.clone(),
-        };
-        progress.item(format!(
-            "G = {groups:<3} {:8.4} s/sample  cache {:8.1} MiB",
-            row.s_per_sample, row.kv_cache_mib
-        ));
-        rows.push(row);
-        write_csv(&cli.out.join("decode_time.csv"), &rows)?;
-    }
-    drop(progress);
+        })
+        .collect();
+    write_csv(&cli.out.join("decode_time.csv"), &rows)?;
     render(&cli.out)?;
     eprintln!("wrote {}", cli.out.display());
     Ok(())
 }
 
+/// One model per group count, all in memory for interleaved timing. They share the first one's
+/// embedding, encoder and LM head (the same multi-head parts for every G; burn's tensors are
+/// reference-counted, so sharing costs nothing), each with its own decoder, seeded alike.
+fn models(config: &DecodeConfig, device: &Device) -> Vec<(usize, T5Model)> {
+    let mut models: Vec<(usize, T5Model)> = Vec::new();
+    for &groups in &config.groups {
+        device.seed(config.seed);
+        let mut model = config.model(groups).init(device);
+        if let Some((_, first)) = models.first() {
+            model.shared = first.shared.clone();
+            model.encoder = first.encoder.clone();
+            model.lm_head = first.lm_head.clone();
+        }
+        models.push((groups, model));
+    }
+    models
+}
+
+/// Waits for `t` (lazy backends queue work; reading one element runs it) and drops it.
+fn sync<const D: usize>(t: Tensor<D>) {
+    let one = t.flatten::<1>(0, D - 1).narrow(0, 0, 1);
+    let _ = one.into_data();
+}
+
+/// The encoder's median seconds per sample over `warmup + repeats` passes of `encoder_batch`
+/// samples, its output and the input mask.
+fn time_encoder(
+    config: &DecodeConfig,
+    model: &T5Model,
+    device: &Device,
+) -> (f64, Tensor<3>, Tensor<2, Bool>) {
+    let ids: Vec<i64> = (0..config.encoder_batch * config.input_length)
+        .map(|i| 3 + (i as i64 * 7919 + config.seed as i64) % (config.vocab_size as i64 - 103))
+        .collect();
+    let inputs = Tensor::<2, Int>::from_data(
+        TensorData::new(ids, [config.encoder_batch, config.input_length]),
+        device,
+    );
+    let keep = inputs.clone().greater_elem(-1);
+    let mut times = Vec::new();
+    let mut encoded = None;
+    for i in 0..config.warmup + config.repeats {
+        let start = Instant::now();
+        let out = model.encode(inputs.clone(), &keep);
+        sync(out.clone());
+        if i >= config.warmup {
+            times.push(start.elapsed().as_secs_f64());
+        }
+        encoded = Some(out);
+    }
+    let per_sample = median(&mut times) / config.encoder_batch as f64;
+    eprintln!(
+        "encoder: {per_sample:.3} s per sample (median of {})",
+        config.repeats
+    );
+    (per_sample, encoded.expect("at least one pass"), keep)
+}
+
+/// Interleaved rounds: every G's cross-attention K/V projection (of `encoder_batch` samples) and
+/// greedy decoding of the full batch, the first `warmup` rounds untimed.
+fn time_decoding(
+    config: &DecodeConfig,
+    models: &[(usize, T5Model)],
+    encoded: &Tensor<3>,
+    keep: &Tensor<2, Bool>,
+) -> Result<Vec<RoundRow>> {
+    let copies = config.batch / config.encoder_batch;
+    let total = config.warmup + config.repeats;
+    let mut rows = Vec::new();
+    let mut progress = Progress::new(total * models.len());
+    for round in 0..total {
+        for (groups, model) in models {
+            progress.running(format!("round {round}, G = {groups}"));
+            let start = Instant::now();
+            let cache = model.start_decoding(encoded, keep);
+            let (k, _) = cache.cross_kv.last().context("the decoder has no layers")?;
+            sync(k.clone());
+            let cross_kv_s = start.elapsed().as_secs_f64();
+            let cache = cache.repeat_batch(copies);
+            let start = Instant::now();
+            let out = model.greedy_decode_cached(cache, config.output_length, Stop::Length);
+            let decoder_s = start.elapsed().as_secs_f64();
+            debug_assert!(out.iter().all(|s| s.len() == config.output_length));
+            let row = RoundRow {
+                round: round.saturating_sub(config.warmup),
+                groups: *groups,
+                cross_kv_s,
+                decoder_s,
+                decoder_s_per_token: decoder_s / config.output_length as f64,
+            };
+            let what = if round < config.warmup {
+                "warm-up"
+            } else {
+                "timed"
+            };
+            progress.item(format!(
+                "round {round} ({what}) G = {groups:<3} K/V projection {cross_kv_s:7.3} s, {:8.4} s per decoding step",
+                row.decoder_s_per_token
+            ));
+            if round >= config.warmup {
+                rows.push(row);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// This machine's memory read bandwidth in GB/s: every core's thread sums its share of a buffer
+/// of `bytes` (far larger than the caches), the median of `rounds` passes after one untimed one.
+/// Sixteen independent sums per thread let the compiler vectorise the loop, so it is bound by
+/// memory, not by the adds.
+pub fn read_bandwidth_gbps(bytes: usize, rounds: usize) -> f64 {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let data = vec![1.0f32; (bytes / 4).max(16)];
+    let chunk = data.len().div_ceil(threads);
+    let sum = |xs: &[f32]| -> f32 {
+        let mut acc = [0f32; 16];
+        let mut blocks = xs.chunks_exact(16);
+        for block in &mut blocks {
+            for (a, x) in acc.iter_mut().zip(block) {
+                *a += x;
+            }
+        }
+        acc.iter().sum::<f32>() + blocks.remainder().iter().sum::<f32>()
+    };
+    let mut times = Vec::new();
+    for round in 0..=rounds {
+        let start = Instant::now();
+        let total: f32 = std::thread::scope(|s| {
+            let handles: Vec<_> = data
+                .chunks(chunk)
+                .map(|c| s.spawn(move || sum(c)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("summing thread"))
+                .sum()
+        });
+        std::hint::black_box(total);
+        if round > 0 {
+            times.push(start.elapsed().as_secs_f64());
+        }
+    }
+    (data.len() * 4) as f64 / median(&mut times) / 1e9
+}
+
 /// The GQA paper's Table 1 times (seconds per sample, T5-XXL on TPUv4, its own lengths): the
 /// speed ratios it reports, 6.3× for MQA and 5.4× for GQA-8 over MHA.
-const PAPER_TABLE1: [(&str, f64); 3] = [("MHA-XXL", 1.51), ("GQA-8-XXL", 0.28), ("MQA-XXL", 0.24)];
+pub const PAPER_TABLE1: [(&str, f64); 3] =
+    [("MHA-XXL", 1.51), ("GQA-8-XXL", 0.28), ("MQA-XXL", 0.24)];
 
-/// Draws `decode_time.png/svg` and writes `table.md` from `decode_time.csv`.
-pub fn render(out: &Path) -> Result<()> {
+/// Reads `decode_time.csv` from `out`.
+pub fn read_rows(out: &Path) -> Result<Vec<DecodeRow>> {
     let path = out.join("decode_time.csv");
-    let rows: Vec<DecodeRow> = csv::Reader::from_path(&path)
+    csv::Reader::from_path(&path)
         .with_context(|| format!("cannot read {}: run gqa_fig6 first", path.display()))?
         .deserialize()
         .collect::<Result<_, _>>()
-        .with_context(|| format!("malformed {}", path.display()))?;
+        .with_context(|| {
+            format!(
+                "malformed {} (written by an older gqa_fig6? run it again)",
+                path.display()
+            )
+        })
+}
+
+/// Reads `rounds.csv` from `out`.
+pub fn read_rounds(out: &Path) -> Result<Vec<RoundRow>> {
+    let path = out.join("rounds.csv");
+    csv::Reader::from_path(&path)
+        .with_context(|| format!("cannot read {}: run gqa_fig6 first", path.display()))?
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("malformed {}", path.display()))
+}
+
+/// Draws `decode_time.png/svg` (seconds per sample) and `speedup.png/svg` (over MHA, per decoded
+/// token and per sample) and writes `table.md` from `decode_time.csv`.
+pub fn render(out: &Path) -> Result<()> {
+    let rows = read_rows(out)?;
     let device = rows.first().map(|r| r.device.clone()).unwrap_or_default();
-    let series = vec![Series {
-        name: "time per sample".into(),
-        points: rows
-            .iter()
-            .map(|r| (r.groups as f64, r.s_per_sample))
-            .collect(),
-    }];
+    let Some(mha) = rows.iter().max_by_key(|r| r.groups) else {
+        bail!("{}: no rows", out.join("decode_time.csv").display());
+    };
+    let points = |f: &dyn Fn(&DecodeRow) -> f64| -> Vec<(f64, f64)> {
+        rows.iter().map(|r| (r.groups as f64, f(r))).collect()
+    };
+    let x_label = "K/V groups G (1 = MQA, H = MHA)".to_string();
     LineChart {
         title: format!("Decoding time per sample vs K/V groups — {device}"),
-        x_label: "K/V groups G (1 = MQA, H = MHA)".into(),
+        x_label: x_label.clone(),
         y_label: "seconds per sample (median)".into(),
         x_scale: Scale::Log2,
         y_scale: Scale::Linear,
     }
-    .save(&out.join("decode_time"), &series)?;
-    let mha = rows.iter().max_by_key(|r| r.groups).map(|r| r.s_per_sample);
-    let mut md = String::from(
-        "# GQA Figure 6 on this machine: time per sample vs K/V groups\n\n\
-         Greedy decoding, every sample decoding the full output length; encoder included.\n\
-         Generated by `gqa_fig6` from `decode_time.csv`.\n\n\
-         | groups G | s / sample | speedup over MHA | KV cache (MiB) |\n|---|---|---|---|\n",
+    .save(
+        &out.join("decode_time"),
+        &[Series {
+            name: "time per sample".into(),
+            points: points(&|r| r.s_per_sample),
+        }],
+    )?;
+    LineChart {
+        title: format!("Speedup over MHA (G = {}) — {device}", mha.groups),
+        x_label,
+        y_label: "MHA's time / this G's (median)".into(),
+        x_scale: Scale::Log2,
+        y_scale: Scale::Linear,
+    }
+    .save(
+        &out.join("speedup"),
+        &[
+            Series {
+                name: "per decoded token (decoder step)".into(),
+                points: points(&|r| mha.decoder_s_per_token / r.decoder_s_per_token),
+            },
+            Series {
+                name: "per sample (encoder included)".into(),
+                points: points(&|r| mha.s_per_sample / r.s_per_sample),
+            },
+        ],
+    )?;
+    let mib = |b: f64| b / (1 << 20) as f64;
+    let mut md = format!(
+        "# GQA Figure 6 on this machine: decoding time vs K/V groups\n\n\
+         Greedy decoding, every sample decoding the full output length ({} in, {} out, batch {}). A decoding step\n\
+         generates one token for every sample of the batch; per sample = encoder + K/V projection + the batch's\n\
+         steps / batch. Medians over interleaved rounds (`rounds.csv`). Generated by `gqa_fig6` from `decode_time.csv`.\n\n\
+         | G | encoder s / sample | K/V projection s / sample | decoder ms / step | speedup per token | s / sample | speedup per sample | K/V MiB read / step | weights MiB read / step | effective GB/s |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
+        mha.input_length, mha.output_length, mha.batch
     );
     for r in &rows {
-        let speedup = mha.map_or("—".into(), |m| format!("{:.2}×", m / r.s_per_sample));
         md += &format!(
-            "| {} | {:.4} | {speedup} | {:.1} |\n",
-            r.groups, r.s_per_sample, r.kv_cache_mib
+            "| {} | {:.3} | {:.3} | {:.1} | {:.2}× | {:.3} | {:.2}× | {:.1} | {:.1} | {:.1} |\n",
+            r.groups,
+            r.encoder_s_per_sample,
+            r.cross_kv_s_per_sample,
+            r.decoder_s_per_token * 1e3,
+            mha.decoder_s_per_token / r.decoder_s_per_token,
+            r.s_per_sample,
+            mha.s_per_sample / r.s_per_sample,
+            mib(r.kv_bytes_per_token),
+            mib(r.weight_bytes_per_token),
+            r.effective_gbps
+        );
+    }
+    if mha.machine_read_gbps > 0.0 {
+        md += &format!(
+            "\nThis machine's memory read bandwidth (every core summing a buffer far larger than its caches): \
+             {:.1} GB/s.\n",
+            mha.machine_read_gbps
         );
     }
     md += "\nThe paper (T5-XXL, TPUv4, Table 1's own lengths), seconds per sample: ";

@@ -304,9 +304,25 @@ pub struct ScoreRow {
     /// Seconds per sample of greedy decoding (encoder included), batch `inference_batch`, every
     /// sample decoding the task's full `target_length` (see `time_per_sample`).
     pub s_per_sample: f64,
+    /// Held-out span-corruption loss right after conversion (α = 0), before any uptraining;
+    /// empty for a multi-head model. All span losses are on uptraining's held-out windows.
+    #[serde(default)]
+    pub span_loss_converted: Option<f64>,
+    /// Held-out span-corruption loss of the model fine-tuning starts from (pre-trained, or
+    /// converted and uptrained).
+    #[serde(default)]
+    pub span_loss: Option<f64>,
     /// Examples scored.
     pub examples: usize,
     pub device: String,
+}
+
+/// A model's held-out span-corruption losses (see [`ScoreRow`]).
+struct SpanLosses {
+    /// Right after conversion (α = 0); none for a multi-head model.
+    converted: Option<f64>,
+    /// Of the model fine-tuning starts from.
+    start: f64,
 }
 
 /// Where the data and tokenizer come from, shared by every stage.
@@ -685,16 +701,36 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     }
 
     // Conversion and uptraining: α × the pre-training steps, on other windows of the corpus.
-    let mut models: Vec<(&ModelSpec, T5Config, T5Model, serde_json::Value)> = Vec::new();
+    // Every model's held-out span-corruption loss on uptraining's held-out windows (the same
+    // windows and noise for all): the multi-head model's, and a converted one's right after
+    // conversion (α = 0) and after uptraining.
+    let mut held_out = SpanCorruptionTask::new(
+        sources.data(&config.corpus)?,
+        config.pretrain.batch,
+        config.input_length,
+        config.pretrain.eval_size,
+        config.seed.wrapping_add(1),
+    )?;
+    let mut models: Vec<(&ModelSpec, T5Config, T5Model, serde_json::Value, SpanLosses)> =
+        Vec::new();
     for m in &config.models {
         let (t5, base, origin) = pretrained[&m.size].clone();
         let base = base.with_dropout(config.pretrain.dropout);
         let Some(groups) = m.kv_heads else {
-            models.push((m, t5, base, origin));
+            let losses = SpanLosses {
+                converted: None,
+                start: held_out.eval_loss(&base, &device)?,
+            };
+            models.push((m, t5, base, origin, losses));
             continue;
         };
         device.seed(config.seed);
         let converted = convert_kv_heads(base, groups, m.conversion()?).map_err(|e| anyhow!(e))?;
+        let at_conversion = held_out.eval_loss(&converted, &device)?;
+        eprintln!(
+            "{}: held-out span loss right after conversion {at_conversion:.4}",
+            m.name
+        );
         let t5 = t5.with_n_kv_heads(groups);
         let origin = serde_json::json!({
             "from": origin,
@@ -704,7 +740,11 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         });
         let steps = (m.alpha * config.pretrain.steps as f64).round() as usize;
         if steps == 0 {
-            models.push((m, t5, converted, origin));
+            let losses = SpanLosses {
+                converted: Some(at_conversion),
+                start: at_conversion,
+            };
+            models.push((m, t5, converted, origin, losses));
             continue;
         }
         let (stage, mut task) = span_stage(
@@ -715,13 +755,17 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             &t5,
         )?;
         let model = stage.run(converted, &mut task)?;
-        models.push((m, t5, model, stage.record()));
+        let losses = SpanLosses {
+            converted: Some(at_conversion),
+            start: held_out.eval_loss(&model, &device)?,
+        };
+        models.push((m, t5, model, stage.record(), losses));
     }
 
     // Fine-tuning, decoding, scoring and timing: every model on every task.
     let inference = device.clone().without_autodiff();
     let mut rows: Vec<ScoreRow> = Vec::new();
-    for (m, t5, model, origin) in &models {
+    for (m, t5, model, origin, losses) in &models {
         for task_config in &config.tasks {
             let format = Seq2SeqTask {
                 input_length: task_config.input_length,
@@ -815,6 +859,8 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                 score: value,
                 eval_loss,
                 s_per_sample,
+                span_loss_converted: losses.converted,
+                span_loss: Some(losses.start),
                 examples: examples.len(),
                 device: provenance.device.clone(),
             });
@@ -861,12 +907,13 @@ pub fn render(out: &Path) -> Result<()> {
          mean over the tasks; speedup: the multi-head model of \
          the same size's T_infer over this one's; avg: mean of the task scores; loss: mean over the \
          tasks of the fine-tuned model's held-out token cross-entropy (teacher forced), the finer \
-         measure of quality when scores are small.\n\n",
+         measure of quality when scores are small; span α=0 / span: held-out span-corruption loss \
+         right after conversion / of the model fine-tuning starts from (after uptraining).\n\n",
     );
     md += &format!(
-        "| model | K/V heads | conversion | α | T_infer (s) | speedup | avg | loss | {} |\n|{}\n",
+        "| model | K/V heads | conversion | α | span α=0 | span | T_infer (s) | speedup | avg | loss | {} |\n|{}\n",
         tasks.join(" | "),
-        "---|".repeat(8 + tasks.len())
+        "---|".repeat(10 + tasks.len())
     );
     let t_infer =
         |mine: &[&ScoreRow]| mine.iter().map(|r| r.s_per_sample).sum::<f64>() / mine.len() as f64;
@@ -895,11 +942,14 @@ pub fn render(out: &Path) -> Result<()> {
                     .map_or("—".into(), |r| format!("{:.1}", r.score))
             })
             .collect();
+        let span = |x: Option<f64>| x.map_or("—".into(), |x| format!("{x:.3}"));
         md += &format!(
-            "| {m} | {} | {} | {} | {t:.4} | {speedup} | {avg:.1} | {loss:.3} | {} |\n",
+            "| {m} | {} | {} | {} | {} | {} | {t:.4} | {speedup} | {avg:.1} | {loss:.3} | {} |\n",
             first.kv_heads,
             first.conversion,
             first.alpha,
+            span(first.span_loss_converted),
+            span(first.span_loss),
             cells.join(" | ")
         );
         points.push(Series {

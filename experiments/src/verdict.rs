@@ -125,6 +125,29 @@ impl Verdict {
     }
 }
 
+impl Verdict {
+    /// The verdict on "less than `threshold`" for a range of values.
+    pub fn below(range: &Spread, threshold: f64) -> Self {
+        match Self::above(range, threshold) {
+            Verdict::Reproduced => Verdict::Refuted,
+            Verdict::Refuted => Verdict::Reproduced,
+            Verdict::Inconclusive => Verdict::Inconclusive,
+        }
+    }
+
+    /// The verdict on a claim made of several parts that must all hold: refuted when one part is,
+    /// reproduced when every part is, inconclusive otherwise.
+    pub fn all(parts: &[Verdict]) -> Self {
+        if parts.contains(&Verdict::Refuted) {
+            Verdict::Refuted
+        } else if parts.iter().all(|&v| v == Verdict::Reproduced) {
+            Verdict::Reproduced
+        } else {
+            Verdict::Inconclusive
+        }
+    }
+}
+
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(match self {

@@ -26,12 +26,39 @@ fn gqa_fig6_smoke_times_every_group_count_and_writes_its_files() {
     assert_eq!(groups, [1, 2, 4, 8]);
     for r in &rows {
         assert!(r.s_per_sample > 0.0 && r.s_per_sample.is_finite(), "{r:?}");
+        assert!(
+            r.decoder_s_per_token > 0.0 && r.machine_read_gbps > 0.0,
+            "{r:?}"
+        );
+        // Every part of a sample's time is counted: its decoding steps (8 outputs of a batch of 2).
+        let parts = r.encoder_s_per_sample + r.cross_kv_s_per_sample + r.decoder_s_per_token * 4.0;
+        assert!((r.s_per_sample - parts).abs() < 1e-9 * parts, "{r:?}");
         // The cache holds G heads: proportional to G.
         assert!((r.kv_cache_mib / rows[0].kv_cache_mib - r.groups as f64).abs() < 1e-9);
+        // Bytes per step by hand for the smoke shapes (d 32, H 8 x 4, d_ff 64, V 256, 1 decoder
+        // layer, batch 2, in 16 / out 8): K/V 2 samples x 2 (K, V) x G heads x 4 wide x 4 bytes
+        // x (16 inputs + mean 4.5 outputs); weights 4 bytes x (Q, O twice: 4 x 32 x 32; self K, V:
+        // 2 x 32 x 4G; FFN 3 x 32 x 64; head 32 x 256).
+        let g = r.groups as f64;
+        assert_eq!(r.kv_bytes_per_token, 2.0 * 2.0 * g * 4.0 * 4.0 * 20.5);
+        assert_eq!(
+            r.weight_bytes_per_token,
+            4.0 * (4096.0 + 256.0 * g + 6144.0 + 8192.0)
+        );
     }
+    let rounds: Vec<gqa_decode::RoundRow> = csv::Reader::from_path(out.join("rounds.csv"))
+        .unwrap()
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    // 2 timed rounds of every G, the warm-up round left out.
+    assert_eq!(rounds.len(), 2 * 4);
+    assert_eq!(rounds.iter().map(|r| r.round).max(), Some(1));
     for file in [
         "decode_time.png",
         "decode_time.svg",
+        "speedup.png",
+        "rounds.csv",
         "table.md",
         "config.json",
         "env.json",
@@ -43,6 +70,12 @@ fn gqa_fig6_smoke_times_every_group_count_and_writes_its_files() {
     assert!(out.join("table.md").is_file());
     let err = gqa_decode::run(cli("gqa_fig6", &out, &["--set", "groups=[3]"])).unwrap_err();
     assert!(err.to_string().contains("must divide"), "{err}");
+    let err = gqa_decode::run(cli("gqa_fig6", &out, &["--set", "encoder_batch=3"])).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("encoder_batch (3) must divide batch (2)"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&out).unwrap();
 }
 
@@ -119,7 +152,16 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
             "{r:?}"
         );
         assert!(r.s_per_sample > 0.0, "{r:?}");
+        // The span losses: right after conversion for converted models only, and uptraining
+        // (α = 0.5 here) moves them.
+        let start = r.span_loss.expect("every model's span loss");
+        match r.span_loss_converted {
+            None => assert_eq!(r.conversion, "-", "{r:?}"),
+            Some(converted) => assert!((converted - start).abs() > 1e-6, "{r:?}"),
+        }
     }
+    // Both MHA-XXL rows (one per task) have the same start; the converted models start from it.
+    assert_eq!(rows[2].span_loss, rows[3].span_loss);
     for file in [
         "table.md",
         "score_vs_time.png",

@@ -646,6 +646,27 @@ pub struct DecoderCache {
 }
 
 impl DecoderCache {
+    /// The cache of a batch made of `times` copies of this one's (sample i of copy c is sample
+    /// i): a large batch's decoding state without encoding every sample. Only a cache at
+    /// position 0 (no self-attention K/V yet) is accepted.
+    pub fn repeat_batch(&self, times: usize) -> DecoderCache {
+        assert_eq!(
+            self.position, 0,
+            "repeat_batch: the cache has started decoding"
+        );
+        let rep = |t: &Tensor<4>| t.clone().repeat_dim(0, times);
+        DecoderCache {
+            self_kv: self.self_kv.clone(),
+            cross_kv: self
+                .cross_kv
+                .iter()
+                .map(|(k, v)| (rep(k), rep(v)))
+                .collect(),
+            encoder_bias: rep(&self.encoder_bias),
+            position: 0,
+        }
+    }
+
     /// Number of cached key and value elements (self + cross, all layers): proportional to G.
     pub fn elements(&self) -> usize {
         let count =
@@ -795,10 +816,21 @@ impl T5Model {
         max_len: usize,
         stop: Stop,
     ) -> Vec<Vec<i64>> {
-        let b = inputs.dims()[0];
-        let device = inputs.device();
         let encoded = self.encode(inputs, keep);
-        let mut cache = self.start_decoding(&encoded, keep);
+        self.greedy_decode_cached(self.start_decoding(&encoded, keep), max_len, stop)
+    }
+
+    /// The decoding loop of [`Self::greedy_decode`] from a started cache (its batch is the
+    /// cache's): what a decoding benchmark times apart from the encoder and the cross-attention
+    /// K/V projection.
+    pub fn greedy_decode_cached(
+        &self,
+        mut cache: DecoderCache,
+        max_len: usize,
+        stop: Stop,
+    ) -> Vec<Vec<i64>> {
+        let b = cache.encoder_bias.dims()[0];
+        let device = cache.encoder_bias.device();
         let mut outputs: Vec<Vec<i64>> = vec![Vec::new(); b];
         let mut done = vec![false; b];
         let mut next = vec![PAD_ID; b];

@@ -1,10 +1,10 @@
-//! `just claims`: writes `results/claims.md`, the FLASH paper's claims with the numbers and verdicts
+//! `just claims`: writes `results/claims.md`, the FLASH and GQA papers' claims with the numbers and verdicts
 //! computed from the committed results (`experiments/src/claims.rs`), and fills the copy in the
 //! top README's generated block.
 
 use clap::Parser;
 
-/// Writes <results>/claims.md: the FLASH paper's claims (F1-F10) with our numbers and verdicts,
+/// Writes <results>/claims.md: the papers' claims (FLASH F1-F10, GQA G1) with our numbers and verdicts,
 /// computed from the committed CSVs (and the copy in the README beside <results>).
 #[derive(Parser)]
 #[command(name = "claims", disable_version_flag = true)]

@@ -1,6 +1,7 @@
 //! T5.1.1 with grouped-query attention: bucket test vectors, grouped vs expanded attention, G = H
 //! against multi-head, mean conversion of a model whose heads already agree within groups, cache
-//! size against G, cached decoding against teacher forcing, padding invariance and causality.
+//! size against G, cached decoding against teacher forcing, a cache repeated over the batch,
+//! padding invariance and causality.
 
 use burn::module::Param;
 use burn::prelude::*;
@@ -433,4 +434,34 @@ fn converted_kv_projections_train_on_the_autodiff_device() {
         .expect("pooled K weight has a gradient");
     assert_eq!(g.dims(), [32, 2 * 8]);
     assert!(values(g).iter().any(|x| *x != 0.0));
+}
+
+/// A cache repeated over the batch decodes as the repeated inputs do: the same logits at every
+/// step (what `gqa_fig6` relies on to decode a large batch from one encoded sample).
+#[test]
+fn repeated_cache_decodes_as_repeated_inputs() {
+    let model = tiny(2);
+    let b = batch(11);
+    let encoded = model.encode(b.inputs.clone(), &b.keep);
+    let mut repeated = model.start_decoding(&encoded, &b.keep).repeat_batch(3);
+    let inputs = b.inputs.clone().repeat_dim(0, 3);
+    let keep = b.keep.clone().repeat_dim(0, 3);
+    let mut direct = model.start_decoding(&model.encode(inputs, &keep), &keep);
+    // Feed the targets (three copies) one position at a time to both caches.
+    let feed = b.targets.clone().repeat_dim(0, 3);
+    for t in 0..4 {
+        let tokens = feed.clone().narrow(1, t, 1);
+        let a = values(model.decode_step(tokens.clone(), &mut repeated));
+        let d = values(model.decode_step(tokens, &mut direct));
+        assert_close(&a, &d, 1e-5, &format!("step {t}"));
+    }
+    // The copies differ from each other only by sample, and a wrong tiling would mix them.
+    let r = model.greedy_decode_cached(
+        model.start_decoding(&encoded, &b.keep).repeat_batch(2),
+        4,
+        Stop::Length,
+    );
+    let once = model.greedy_decode(b.inputs.clone(), &b.keep, 4, Stop::Length);
+    assert_eq!(r[..2], once[..]);
+    assert_eq!(r[2..], once[..]);
 }
