@@ -317,6 +317,86 @@ pub struct ScoreRow {
     pub device: String,
 }
 
+/// One row of `baselines.csv`: a trivial predictor's score on a task's scored examples, the floor
+/// a fine-tuned model must clear before its score says anything.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BaselineRow {
+    pub task: String,
+    pub metric: String,
+    /// [`COPY_INPUT`] or [`MOST_FREQUENT`].
+    pub baseline: String,
+    /// The score ×100.
+    pub score: f64,
+}
+
+/// The copying baseline: every example's input (the source; a QA example's context), cut to the
+/// task's output length in tokens: what a model that copies its input could write.
+pub const COPY_INPUT: &str = "copy input";
+/// The constant baseline: the most frequent target (a QA example's first answer) of the first
+/// [`BASELINE_TRAIN_EXAMPLES`] training examples, written for every example.
+pub const MOST_FREQUENT: &str = "most frequent answer";
+/// Training examples counted for [`MOST_FREQUENT`].
+const BASELINE_TRAIN_EXAMPLES: usize = 5000;
+
+/// The trivial baselines of `task` on the examples the models are scored on (`references`: the
+/// first `references.len()` examples of the eval split, as [`first_examples`] reads them).
+fn trivial_baselines(
+    task: &TaskConfig,
+    data: &LmData,
+    references: &[Vec<String>],
+) -> Result<Vec<BaselineRow>> {
+    use data::example::Example;
+    use data::source::ExampleStream;
+    let read = |files: &[PathBuf], n: usize| -> Result<Vec<Example>> {
+        ExampleStream::open_at(data.spec, files.to_vec(), Default::default())?
+            .take(n)
+            .collect()
+    };
+    let parts = |e: &Example| -> (String, String) {
+        match e {
+            Example::Seq2Seq { source, target } => (source.clone(), target.clone()),
+            Example::Qa {
+                context, answers, ..
+            } => (
+                context.clone(),
+                answers.first().cloned().unwrap_or_default(),
+            ),
+            Example::Text { text } => (text.clone(), String::new()),
+        }
+    };
+    let copies: Vec<String> = read(&data.eval_files, references.len())?
+        .iter()
+        .map(|e| {
+            let mut ids = data.tok.encode(&parts(e).0)?;
+            ids.truncate(task.target_length.saturating_sub(1));
+            data.tok.decode(&ids)
+        })
+        .collect::<Result<_>>()?;
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for e in read(&data.train_files, BASELINE_TRAIN_EXAMPLES)? {
+        *counts.entry(parts(&e).1).or_default() += 1;
+    }
+    // The most frequent target; the first in sorted order among equals, so it is deterministic.
+    let frequent = counts
+        .iter()
+        .fold(None, |best: Option<(&String, usize)>, (t, &n)| match best {
+            Some((_, m)) if m >= n => best,
+            _ => Some((t, n)),
+        })
+        .map(|(t, _)| t.clone())
+        .with_context(|| format!("the {} train split holds no examples", task.dataset))?;
+    let constant = vec![frequent; references.len()];
+    Ok([(COPY_INPUT, copies), (MOST_FREQUENT, constant)]
+        .into_iter()
+        .map(|(baseline, predictions)| BaselineRow {
+            task: task.name.clone(),
+            metric: format!("{:?}", task.metric).to_lowercase(),
+            baseline: baseline.into(),
+            score: score(task.metric, &predictions, references),
+        })
+        .collect())
+}
+
 /// A model's held-out span-corruption losses (see [`ScoreRow`]).
 struct SpanLosses {
     /// Right after conversion (α = 0); none for a multi-head model.
@@ -762,6 +842,28 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         models.push((m, t5, model, stage.record(), losses));
     }
 
+    // The trivial baselines of every task, on the examples the models are scored on.
+    let mut baselines = Vec::new();
+    for task_config in &config.tasks {
+        let data = sources.data(&task_config.dataset)?;
+        let format = Seq2SeqTask {
+            input_length: task_config.input_length,
+            target_length: task_config.target_length,
+        };
+        let references: Vec<Vec<String>> = first_examples(
+            data.spec,
+            data.eval_files.clone(),
+            &data.tok,
+            format,
+            config.score_examples,
+        )?
+        .into_iter()
+        .map(|e| e.references)
+        .collect();
+        baselines.extend(trivial_baselines(task_config, &data, &references)?);
+    }
+    crate::write_csv(&cli.out.join("baselines.csv"), &baselines)?;
+
     // Fine-tuning, decoding, scoring and timing: every model on every task.
     let inference = device.clone().without_autodiff();
     let mut rows: Vec<ScoreRow> = Vec::new();
@@ -960,6 +1062,33 @@ pub fn render(out: &Path) -> Result<()> {
             name: m.clone(),
             points: vec![(t, loss)],
         });
+    }
+    let baselines = out.join("baselines.csv");
+    if baselines.exists() {
+        let baselines: Vec<BaselineRow> = csv::Reader::from_path(&baselines)?
+            .deserialize()
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("malformed {}", baselines.display()))?;
+        md += &format!(
+            "\nTrivial baselines on the same examples (`baselines.csv`): *{COPY_INPUT}* writes each example's \
+             input (a QA example's context) cut to the output length; *{MOST_FREQUENT}* writes the most \
+             frequent target of the first {BASELINE_TRAIN_EXAMPLES} training examples for every example.\n\n\
+             | baseline | {} |\n|{}\n",
+            tasks.join(" | "),
+            "---|".repeat(1 + tasks.len())
+        );
+        for name in [COPY_INPUT, MOST_FREQUENT] {
+            let cells: Vec<String> = tasks
+                .iter()
+                .map(|task| {
+                    baselines
+                        .iter()
+                        .find(|b| &b.task == task && b.baseline == name)
+                        .map_or("—".into(), |b| format!("{:.1}", b.score))
+                })
+                .collect();
+            md += &format!("| {name} | {} |\n", cells.join(" | "));
+        }
     }
     let device = rows.first().map(|r| r.device.clone()).unwrap_or_default();
     for (file, what, y_label, series) in [

@@ -162,6 +162,26 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
     }
     // Both MHA-XXL rows (one per task) have the same start; the converted models start from it.
     assert_eq!(rows[2].span_loss, rows[3].span_loss);
+    // The trivial baselines, by hand: the 4 training targets "You are i times fair" are equally
+    // frequent, so the first in sorted order ("You are 0 times fair") is written for both scored
+    // examples; ROUGE-1 F against "You are 0 …" is 1 and against "You are 1 …" 4/5: mean 90.
+    let baselines: Vec<gqa_pipeline::BaselineRow> =
+        csv::Reader::from_path(out.join("baselines.csv"))
+            .unwrap()
+            .deserialize()
+            .collect::<Result<_, _>>()
+            .unwrap();
+    assert_eq!(baselines.len(), 2 * 2, "two baselines per task");
+    let cues = |name: &str| {
+        baselines
+            .iter()
+            .find(|b| b.task == "Cues" && b.baseline == name)
+            .unwrap()
+            .score
+    };
+    assert!((cues(gqa_pipeline::MOST_FREQUENT) - 90.0).abs() < 1e-9);
+    // Copying "Thou art i tymes fayre" shares only the number with "You are i times fair".
+    assert!(cues(gqa_pipeline::COPY_INPUT) <= 20.0 + 1e-9);
     for file in [
         "table.md",
         "score_vs_time.png",
