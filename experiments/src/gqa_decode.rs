@@ -21,7 +21,7 @@ use report::{LineChart, Scale, Series};
 use serde::{Deserialize, Serialize};
 use training::write_atomic;
 
-use crate::{Cli, Profile, Progress, median, write_csv};
+use crate::{Cli, Profile, Progress, median, read_csv, write_csv};
 
 /// The sweep, one file per scale under `experiments/configs/gqa_fig6/`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -444,27 +444,12 @@ pub const PAPER_TABLE1: [(&str, f64); 3] =
 
 /// Reads `decode_time.csv` from `out`.
 pub fn read_rows(out: &Path) -> Result<Vec<DecodeRow>> {
-    let path = out.join("decode_time.csv");
-    csv::Reader::from_path(&path)
-        .with_context(|| format!("cannot read {}: run gqa_fig6 first", path.display()))?
-        .deserialize()
-        .collect::<Result<_, _>>()
-        .with_context(|| {
-            format!(
-                "malformed {} (written by an older gqa_fig6? run it again)",
-                path.display()
-            )
-        })
+    read_csv(&out.join("decode_time.csv"))
 }
 
 /// Reads `rounds.csv` from `out`.
 pub fn read_rounds(out: &Path) -> Result<Vec<RoundRow>> {
-    let path = out.join("rounds.csv");
-    csv::Reader::from_path(&path)
-        .with_context(|| format!("cannot read {}: run gqa_fig6 first", path.display()))?
-        .deserialize()
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("malformed {}", path.display()))
+    read_csv(&out.join("rounds.csv"))
 }
 
 /// Draws `decode_time.png/svg` (seconds per sample) and `speedup.png/svg` (over MHA, per decoded

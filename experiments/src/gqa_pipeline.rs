@@ -1065,10 +1065,7 @@ pub fn render(out: &Path) -> Result<()> {
     }
     let baselines = out.join("baselines.csv");
     if baselines.exists() {
-        let baselines: Vec<BaselineRow> = csv::Reader::from_path(&baselines)?
-            .deserialize()
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("malformed {}", baselines.display()))?;
+        let baselines: Vec<BaselineRow> = crate::read_csv(&baselines)?;
         md += &format!(
             "\nTrivial baselines on the same examples (`baselines.csv`): *{COPY_INPUT}* writes each example's \
              input (a QA example's context) cut to the output length; *{MOST_FREQUENT}* writes the most \

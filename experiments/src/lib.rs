@@ -362,6 +362,16 @@ pub fn write_csv<T: Serialize>(path: &std::path::Path, rows: &[T]) -> Result<()>
     training::write_atomic(path, &w.into_inner()?)
 }
 
+/// The rows of a CSV file written by [`write_csv`] (or any serde-shaped CSV).
+pub fn read_csv<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<Vec<T>> {
+    use anyhow::Context;
+    csv::Reader::from_path(path)
+        .with_context(|| format!("cannot read {}: run the experiment first", path.display()))?
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("malformed {}", path.display()))
+}
+
 /// Progress of a sweep: a bar with rate and ETA on a terminal, plain lines otherwise.
 pub struct Progress {
     bar: Option<indicatif::ProgressBar>,

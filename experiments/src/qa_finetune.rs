@@ -30,7 +30,7 @@ use training::write_json;
 
 use crate::lm_sweep::{LmSweepConfig, StoredRun, stored_runs, sweep_data};
 use crate::verdict::{Spread, StepTime, SweepRow, Verdict};
-use crate::{Cli, Profile, configs, run_store};
+use crate::{Cli, Profile, configs, read_csv, run_store};
 
 /// `experiments/configs/table4/<profile>.toml`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -504,14 +504,6 @@ fn calibrate_finetune(
         );
     }
     crate::write_csv(&out.join(FT_STEP_TIMES), &times)
-}
-
-fn read_csv<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
-    csv::Reader::from_path(path)
-        .with_context(|| format!("cannot read {}: run the experiment first", path.display()))?
-        .deserialize()
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("malformed {}", path.display()))
 }
 
 /// Per round, `baseline`'s step seconds over `model`'s, as interquartile spread (above 1: the
