@@ -6,20 +6,7 @@
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use model::fused;
-use std::time::Instant;
-
-fn median_seconds(mut f: impl FnMut()) -> f64 {
-    f();
-    let mut ts: Vec<f64> = (0..5)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    ts.sort_by(f64::total_cmp);
-    ts[2]
-}
+use model::runtime::median_seconds;
 
 fn main() {
     let n: usize = std::env::args()

@@ -1,115 +1,123 @@
 //! Where one causal-LM training step's time goes, at table11's anchor configuration (8192 tokens per
-//! batch, `ModelConfig::latency_bench`): forward, backward, the LM head and loss, the optimizer.
+//! batch, `ModelConfig::latency_bench`, Adam): the fused kernels by part (`model::fused::profile`),
+//! the optimizer, and the rest (burn's own ops — layer norms, residual adds, reshapes, the embedding
+//! — and the autodiff graph), per model and context.
 //!
-//! `cargo run --release -p model --example profile_step -- ARCH CONTEXT [REPS]`, e.g. `flash 2048`;
+//! `cargo run --release -p model --example profile_step -- [ARCH,...] [CONTEXT,...] [REPS]`, e.g.
+//! `flash,flash_quad,transformer_plusplus 512,8192 3` (the defaults). `REPRO_SIMD=scalar|avx2|avx512`
+//! picks the fused kernels' instruction set (default: the best this CPU has);
 //! `REPRO_KERNELS=reference` times the plain burn kernels instead of the fused ones.
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
+use model::fused::profile::{self, Part};
 use model::*;
 use std::time::Instant;
 
-fn time<R>(label: &str, reps: usize, mut f: impl FnMut() -> R) {
-    let _ = f();
-    let mut ts = vec![];
-    for _ in 0..reps {
-        let s = Instant::now();
-        let _ = f();
-        ts.push(s.elapsed().as_secs_f64());
-    }
-    ts.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    eprintln!("{label:<40} {:8.3} s (min {:.3})", ts[ts.len() / 2], ts[0]);
+/// Seconds of one profiled step, by part.
+#[derive(Default, Clone, Copy)]
+struct Split {
+    total: f64,
+    optimizer: f64,
+    parts: [f64; 4],
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: profile_step ARCH CONTEXT [REPS]";
-    let arch: Architecture = args.get(1).expect(usage).parse().expect(usage);
-    let t: usize = args.get(2).expect(usage).parse().expect(usage);
-    let reps: usize = args.get(3).map_or(2, |s| s.parse().expect(usage));
-    let b = 8192 / t;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let list = |i: usize, default: &str| -> Vec<String> {
+        args.get(i)
+            .map_or(default, |s| s.as_str())
+            .split(',')
+            .map(str::to_string)
+            .collect()
+    };
+    let archs: Vec<Architecture> = list(0, "flash,flash_quad,transformer_plusplus")
+        .iter()
+        .map(|a| {
+            a.parse()
+                .unwrap_or_else(|e| exit(&format!("architecture {a}: {e}")))
+        })
+        .collect();
+    let contexts: Vec<usize> = list(1, "512,8192")
+        .iter()
+        .map(|c| {
+            c.parse()
+                .unwrap_or_else(|_| exit(&format!("context {c}: not a number")))
+        })
+        .collect();
+    let reps: usize = args
+        .get(2)
+        .map_or(Ok(3), |s| s.parse())
+        .unwrap_or_else(|_| exit("REPS: not a number"));
     // As the experiment binaries run (experiments::main_with).
     model::runtime::configure();
-    let plain = Device::flex();
-    let ad = plain.clone().autodiff();
-    ad.seed(0);
+    println!(
+        "fused kernels: {}; SIMD level: {}; {reps} steps each after one warm-up\n",
+        if fused::forced_reference() {
+            "reference (REPRO_KERNELS)"
+        } else {
+            "on"
+        },
+        fused::simd::SimdLevel::selected().name(),
+    );
+    let mut header = "| model | context | step (s) | optimizer |".to_string();
+    for p in Part::ALL {
+        header += &format!(" {} |", p.name());
+    }
+    println!("{header} rest (burn ops, autodiff) |\n|---|---|---|---|---|---|---|---|---|");
+    for &arch in &archs {
+        for &t in &contexts {
+            let s = profile_one(arch, t, reps);
+            let pct = |x: f64| format!("{x:.3} s ({:.0}%)", 100.0 * x / s.total);
+            let rest = s.total - s.optimizer - s.parts.iter().sum::<f64>();
+            let mut row = format!("| {arch} | {t} | {:.3} | {} |", s.total, pct(s.optimizer));
+            for p in s.parts {
+                row += &format!(" {} |", pct(p));
+            }
+            println!("{row} {} |", pct(rest));
+        }
+    }
+}
+
+fn exit(msg: &str) -> ! {
+    eprintln!("profile_step: {msg} (usage: profile_step [ARCH,...] [CONTEXT,...] [REPS])");
+    std::process::exit(2)
+}
+
+/// The mean split of `reps` training steps of `arch` at context `t`, after one warm-up step.
+fn profile_one(arch: Architecture, t: usize, reps: usize) -> Split {
+    let device = Device::flex().autodiff();
+    device.seed(0);
+    let b = (8192 / t).max(1);
     let cfg = ModelConfig::latency_bench(arch, t);
-    let model = cfg.init(Direction::Causal, &ad);
+    let mut model = Some(cfg.init(Direction::Causal, &device));
     let tokens = Tensor::<2, Int>::random(
         [b, t + 1],
         burn::tensor::Distribution::Uniform(0.0, 8000.0),
-        &ad,
+        &device,
     );
-    let inputs = tokens.clone().narrow(1, 0, t);
-    time("plain forward (hidden)", reps, || {
-        let m = model.valid();
-        let x = m.hidden(inputs.clone().to_device(&plain), None);
-        x.into_data()
-    });
-    time("autodiff forward (hidden)", reps, || {
-        model.hidden(inputs.clone(), None).into_data()
-    });
-    time("autodiff hidden fwd+bwd (sum)", reps, || {
-        let h = model.hidden(inputs.clone(), None);
-        let g = h.sum().backward();
-        drop(g);
-    });
-    time("autodiff loss fwd", reps, || {
-        causal_lm_loss(&model, tokens.clone()).into_data()
-    });
-    time("autodiff loss fwd+bwd", reps, || {
-        let g = causal_lm_loss(&model, tokens.clone()).backward();
-        drop(g);
-    });
-    let hid = Tensor::<3>::random(
-        [b, t, 256],
-        burn::tensor::Distribution::Normal(0.0, 1.0),
-        &ad,
-    )
-    .require_grad();
-    let w = Tensor::<2>::random(
-        [8192, 256],
-        burn::tensor::Distribution::Normal(0.0, 0.02),
-        &ad,
-    )
-    .require_grad();
-    let targets = tokens.clone().narrow(1, 1, t).reshape([b * t]);
-    time("head+CE fwd+bwd", reps, || {
-        let logits = hid
-            .clone()
-            .reshape([b * t, 256])
-            .matmul(w.clone().transpose());
-        let g = cross_entropy(logits, targets.clone(), None).backward();
-        drop(g);
-    });
-    time("head matmul 2D fwd+bwd", reps, || {
-        let logits = hid
-            .clone()
-            .reshape([b * t, 256])
-            .matmul(w.clone().transpose());
-        let g = logits.sum().backward();
-        drop(g);
-    });
-    time("head matmul 3D bcast fwd+bwd", reps, || {
-        let logits = hid.clone().matmul(w.clone().transpose().unsqueeze::<3>());
-        let g = logits.sum().backward();
-        drop(g);
-    });
-    let lg = Tensor::<2>::random(
-        [b * t, 8192],
-        burn::tensor::Distribution::Normal(0.0, 1.0),
-        &ad,
-    )
-    .require_grad();
-    time("CE alone fwd+bwd", reps, || {
-        let g = cross_entropy(lg.clone(), targets.clone(), None).backward();
-        drop(g);
-    });
     let mut optim = AdamConfig::new().init();
-    let mut m = Some(model);
-    time("full step", reps, || {
-        let model = m.take().unwrap();
-        let loss = causal_lm_loss(&model, tokens.clone());
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        m = Some(optim.step(1e-4, model, grads));
-    });
+    let mut sum = Split::default();
+    for rep in 0..=reps {
+        profile::enable(rep > 0);
+        let start = Instant::now();
+        let m = model.take().expect("model");
+        let loss = causal_lm_loss(&m, tokens.clone());
+        let grads = GradientsParams::from_grads(loss.backward(), &m);
+        let opt_start = Instant::now();
+        model = Some(optim.step(1e-4, m, grads));
+        let (opt, total) = (
+            opt_start.elapsed().as_secs_f64(),
+            start.elapsed().as_secs_f64(),
+        );
+        profile::enable(false);
+        let parts = profile::take();
+        if rep > 0 {
+            sum.total += total / reps as f64;
+            sum.optimizer += opt / reps as f64;
+            for (s, (_, p)) in sum.parts.iter_mut().zip(parts) {
+                *s += p / reps as f64;
+            }
+        }
+    }
+    sum
 }

@@ -51,3 +51,18 @@ pub fn keep_freed_memory() {
     // SAFETY: sets one integer option of the allocator; −1 is a documented value ("no purging").
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
 }
+
+/// The median wall time of 5 runs of `f` after one warm-up run, in seconds (the benchmark examples'
+/// measure).
+pub fn median_seconds(mut f: impl FnMut()) -> f64 {
+    f();
+    let mut ts: Vec<f64> = (0..5)
+        .map(|_| {
+            let s = std::time::Instant::now();
+            f();
+            s.elapsed().as_secs_f64()
+        })
+        .collect();
+    ts.sort_by(f64::total_cmp);
+    ts[2]
+}

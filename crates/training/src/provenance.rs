@@ -14,6 +14,9 @@ pub struct Provenance {
     pub git_commit: String,
     /// Backend and machine.
     pub device: String,
+    /// The instruction set the fused CPU kernels' loops ran at (`model::fused::simd`: `avx512`,
+    /// `avx2` or `scalar`, the widest this CPU has unless `REPRO_SIMD` asked otherwise).
+    pub simd_level: &'static str,
     /// burn's version.
     pub burn_version: &'static str,
     /// UTC date and time of the run.
@@ -51,6 +54,7 @@ impl Provenance {
                 commit
             },
             device,
+            simd_level: model::fused::simd::SimdLevel::selected().name(),
             burn_version: "0.22.1",
             date: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
             command: std::env::args().collect::<Vec<_>>().join(" "),

@@ -62,18 +62,22 @@ const ELEMENTWISE_CHUNK: usize = 1 << 14;
 
 /// `act(x + bias)` elementwise, the bias broadcast along the last dimension (width `dim`).
 fn act_forward(x: &[f32], bias: Option<&[f32]>, dim: usize, act: Activation) -> Vec<f32> {
+    let _timer = profile::Timer::start(profile::Part::Elementwise);
     let mut out = vec![0f32; x.len()];
     // Whole rows per task, so that each task's rows line up with the bias.
     let chunk = ELEMENTWISE_CHUNK.div_ceil(dim) * dim;
+    let level = simd::current();
     out.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk))
-        .for_each(|(o, x)| match bias {
-            Some(b) => o.chunks_mut(dim).zip(x.chunks(dim)).for_each(|(o, x)| {
-                for ((o, &x), &b) in o.iter_mut().zip(x).zip(b) {
-                    *o = act.value(x + b);
-                }
-            }),
-            None => o.iter_mut().zip(x).for_each(|(o, &x)| *o = act.value(x)),
+        .for_each(|(o, x)| {
+            level.run(|| match bias {
+                Some(b) => o.chunks_mut(dim).zip(x.chunks(dim)).for_each(|(o, x)| {
+                    for ((o, &x), &b) in o.iter_mut().zip(x).zip(b) {
+                        *o = act.value(x + b);
+                    }
+                }),
+                None => o.iter_mut().zip(x).for_each(|(o, &x)| *o = act.value(x)),
+            })
         });
     out
 }
@@ -98,6 +102,7 @@ impl<const P: usize> Backward<Flex, P> for ActBackward {
     type State = ActSaved;
 
     fn backward(self, ops: Ops<Self::State, P>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let _timer = profile::Timer::start(profile::Part::Elementwise);
         let saved = ops.state;
         let grad = contiguous(&grads.consume::<Flex>(&ops.node));
         let shape = dims(&saved.input);
@@ -106,29 +111,32 @@ impl<const P: usize> Backward<Flex, P> for ActBackward {
         let (act, bias) = (saved.act, saved.bias.as_deref());
         let chunk = ELEMENTWISE_CHUNK.div_ceil(dim) * dim;
         let mut dx = vec![0f32; x.len()];
+        let level = simd::current();
         // dpre = g · act'(x + b); dx = dpre; dbias = Σ over rows of dpre.
         let dbias = dx
             .par_chunks_mut(chunk)
             .zip(x.par_chunks(chunk))
             .zip(g.par_chunks(chunk))
             .map(|((o, x), g)| {
-                let mut db = vec![0f32; if bias.is_some() { dim } else { 0 }];
-                for ((o, x), g) in o.chunks_mut(dim).zip(x.chunks(dim)).zip(g.chunks(dim)) {
-                    match bias {
-                        Some(b) => {
-                            for (i, ((o, &x), &g)) in o.iter_mut().zip(x).zip(g).enumerate() {
-                                *o = g * act.derivative(x + b[i]);
-                                db[i] += *o;
+                level.run(|| {
+                    let mut db = vec![0f32; if bias.is_some() { dim } else { 0 }];
+                    for ((o, x), g) in o.chunks_mut(dim).zip(x.chunks(dim)).zip(g.chunks(dim)) {
+                        match bias {
+                            Some(b) => {
+                                for (i, ((o, &x), &g)) in o.iter_mut().zip(x).zip(g).enumerate() {
+                                    *o = g * act.derivative(x + b[i]);
+                                    db[i] += *o;
+                                }
                             }
-                        }
-                        None => {
-                            for ((o, &x), &g) in o.iter_mut().zip(x).zip(g) {
-                                *o = g * act.derivative(x);
+                            None => {
+                                for ((o, &x), &g) in o.iter_mut().zip(x).zip(g) {
+                                    *o = g * act.derivative(x);
+                                }
                             }
                         }
                     }
-                }
-                db
+                    db
+                })
             })
             // In order, serially: reproducible sums (see the rotary backward).
             .collect::<Vec<_>>()

@@ -38,6 +38,8 @@ struct AttnInputs {
     s: usize,
     dk: usize,
     dv: usize,
+    /// The instruction set of the row loops (read on the calling thread at construction).
+    level: simd::SimdLevel,
 }
 
 impl AttnInputs {
@@ -74,6 +76,7 @@ impl AttnInputs {
             s,
             dk,
             dv,
+            level: simd::current(),
         }
     }
 
@@ -111,16 +114,18 @@ impl AttnInputs {
         }
         let bias = self.bias.as_ref().map(slice);
         let causal = self.spec.causal;
-        let s = self.s;
+        let (s, level) = (self.s, self.level);
         let fix_row = |(r, row): (usize, &mut [f32])| {
             let i = i0 + r;
-            if let Some(bias) = bias {
-                let brow = &bias[i * s..i * s + kmax];
-                row.iter_mut().zip(brow).for_each(|(x, b)| *x += b);
-            }
-            if causal {
-                row[i + 1..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
-            }
+            level.run(|| {
+                if let Some(bias) = bias {
+                    let brow = &bias[i * s..i * s + kmax];
+                    row.iter_mut().zip(brow).for_each(|(x, b)| *x += b);
+                }
+                if causal {
+                    row[i + 1..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+                }
+            })
         };
         if par == Threads::PerBatch {
             buf.chunks_mut(kmax).enumerate().for_each(fix_row);
@@ -132,16 +137,13 @@ impl AttnInputs {
 
 /// Applies the score function in place to one row of scores; returns the row's log-sum-exp
 /// (softmax) or 0 (relu²).
-#[inline]
+#[inline(always)]
 fn score_row(score: ScoreFn, row: &mut [f32]) -> f32 {
     match score {
         ScoreFn::Softmax => {
-            let m = row.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
-            let mut l = 0.0f32;
-            for x in row.iter_mut() {
-                *x = fast_exp(*x - m);
-                l += *x;
-            }
+            let m = simd::max(row);
+            row.iter_mut().for_each(|x| *x = fast_exp(*x - m));
+            let l = simd::sum(row);
             let inv = 1.0 / l;
             row.iter_mut().for_each(|x| *x *= inv);
             m + l.ln()
@@ -173,16 +175,16 @@ fn attn_forward_one(
         let rows = i1 - i0;
         buf.resize(rows * kmax, 0.0);
         x.scores(b, i0, i1, buf, par);
-        let score = x.spec.score;
+        let (score, level) = (x.spec.score, x.level);
         let lse_blk = &mut lse[i0..i1];
         if par == Threads::PerBatch {
             buf.chunks_mut(kmax)
                 .zip(lse_blk.iter_mut())
-                .for_each(|(row, l)| *l = score_row(score, row));
+                .for_each(|(row, l)| *l = level.run(|| score_row(score, row)));
         } else {
             buf.par_chunks_mut(kmax)
                 .zip(lse_blk.par_iter_mut())
-                .for_each(|(row, l)| *l = score_row(score, row));
+                .for_each(|(row, l)| *l = level.run(|| score_row(score, row)));
         }
         // SAFETY: buf is rows × kmax, v's kmax × dv rows are inside b's slice, out holds T × dv.
         unsafe {
@@ -202,6 +204,7 @@ fn attn_forward_one(
 
 /// Forward over all batch elements: ([N, T, dv], log-sum-exp [N, T]).
 fn attn_forward(x: &AttnInputs) -> (Vec<f32>, Vec<f32>) {
+    let _timer = profile::Timer::start(profile::Part::Attention);
     let mut out = vec![0f32; x.n * x.t * x.dv];
     let mut lse = vec![0f32; x.n * x.t];
     if x.parallel_batches() {
@@ -268,14 +271,15 @@ fn attn_backward_one(
             );
         }
         // buf ← P (the probabilities / relu² weights), dp ← dX (gradient of the biased scores).
+        let level = x.level;
         let row_fn = |(r, (p_row, d_row)): (usize, (&mut [f32], &mut [f32]))| {
             let i = i0 + r;
-            match score {
+            level.run(|| match score {
                 ScoreFn::Softmax => {
                     let l = lse[i];
                     let o = &out[i * dvw..(i + 1) * dvw];
                     let g = &grad[i * dvw..(i + 1) * dvw];
-                    let delta: f32 = o.iter().zip(g).map(|(a, b)| a * b).sum();
+                    let delta = simd::dot(o, g);
                     for (p, d) in p_row.iter_mut().zip(d_row.iter_mut()) {
                         *p = fast_exp(*p - l);
                         *d = *p * (*d - delta);
@@ -288,7 +292,7 @@ fn attn_backward_one(
                         *d *= 2.0 * r;
                     }
                 }
-            }
+            })
         };
         if par == Threads::PerBatch {
             buf.chunks_mut(kmax)
@@ -302,13 +306,15 @@ fn attn_backward_one(
                 .for_each(row_fn);
         }
         if let Some(db) = dbias.as_deref_mut() {
-            for (r, d_row) in dp.chunks(kmax).enumerate() {
-                let i = i0 + r;
-                db[i * s..i * s + kmax]
-                    .iter_mut()
-                    .zip(d_row)
-                    .for_each(|(a, d)| *a += d);
-            }
+            level.run(|| {
+                for (r, d_row) in dp.chunks(kmax).enumerate() {
+                    let i = i0 + r;
+                    db[i * s..i * s + kmax]
+                        .iter_mut()
+                        .zip(d_row)
+                        .for_each(|(a, d)| *a += d);
+                }
+            });
         }
         let scale = x.spec.scale;
         // SAFETY: all operands are inside b's slices: dp, buf rows × kmax; q, dq rows i0..i1;
@@ -358,6 +364,7 @@ fn attn_backward(
     lse: &[f32],
     grad: &[f32],
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+    let _timer = profile::Timer::start(profile::Part::Attention);
     let (n, t, s, dkw, dvw) = (x.n, x.t, x.s, x.dk, x.dv);
     let mut dq = vec![0f32; n * t * dkw];
     let mut dk = vec![0f32; n * s * dkw];

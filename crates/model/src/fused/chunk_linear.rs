@@ -134,6 +134,7 @@ impl LinInputs {
 }
 
 fn lin_forward(x: &LinInputs) -> Vec<f32> {
+    let _timer = profile::Timer::start(profile::Part::Attention);
     let (c, s, e) = (x.chunk, x.s, x.e);
     let mut out = vec![0f32; x.n * x.t * e];
     let items: Vec<&mut [f32]> = out.chunks_mut(x.t * e).collect();
@@ -160,6 +161,7 @@ fn lin_forward(x: &LinInputs) -> Vec<f32> {
 
 /// (dQ_lin, dK_lin, dV) of [`chunk_linear_attention`] for the upstream gradient [N, T, e].
 fn lin_backward(x: &LinInputs, grad: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let _timer = profile::Timer::start(profile::Part::Attention);
     let (c, s, e, t) = (x.chunk, x.s, x.e, x.t);
     let chunks = t / c;
     let mut dq = vec![0f32; x.n * t * s];

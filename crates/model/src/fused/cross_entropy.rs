@@ -5,14 +5,18 @@ use super::*;
 
 /// Per-row `logsumexp(x) − x[target]` and the log-sum-exps.
 fn ce_forward(logits: &[f32], v: usize, targets: &[i64]) -> (Vec<f32>, Vec<f32>) {
+    let _timer = profile::Timer::start(profile::Part::CrossEntropy);
+    let level = simd::current();
     let rows: Vec<(f32, f32)> = logits
         .par_chunks(v)
         .zip(targets.par_iter())
         .map(|(row, &t)| {
-            let m = row.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
-            let l: f32 = row.iter().map(|&x| fast_exp(x - m)).sum();
-            let lse = m + l.ln();
-            (lse - row[t as usize], lse)
+            level.run(|| {
+                let m = simd::max(row);
+                let l = simd::sum_map(row, |x| fast_exp(x - m));
+                let lse = m + l.ln();
+                (lse - row[t as usize], lse)
+            })
         })
         .collect();
     rows.into_iter().unzip()
@@ -38,6 +42,7 @@ impl Backward<Flex, 1> for CeBackward {
     type State = CeSaved;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let _timer = profile::Timer::start(profile::Part::CrossEntropy);
         let saved = ops.state;
         let grad = contiguous(&grads.consume::<Flex>(&ops.node));
         let Some(node) = &ops.parents[0] else {
@@ -48,14 +53,17 @@ impl Backward<Flex, 1> for CeBackward {
         let n = saved.targets.len();
         let v = logits.len() / n.max(1);
         let mut out = vec![0f32; logits.len()];
+        let level = simd::current();
         out.par_chunks_mut(v)
             .zip(logits.par_chunks(v))
             .enumerate()
             .for_each(|(r, (o, x))| {
                 let (l, gr) = (saved.lse[r], g[r]);
-                o.iter_mut()
-                    .zip(x)
-                    .for_each(|(o, &x)| *o = gr * fast_exp(x - l));
+                level.run(|| {
+                    o.iter_mut()
+                        .zip(x)
+                        .for_each(|(o, &x)| *o = gr * fast_exp(x - l))
+                });
                 o[saved.targets[r] as usize] -= gr;
             });
         grads.register::<Flex>(node.id, flex_from(out, vec![n, v]));

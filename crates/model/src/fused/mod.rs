@@ -222,7 +222,9 @@ mod attention;
 mod chunk_linear;
 mod cross_entropy;
 mod product;
+pub mod profile;
 mod rotary;
+pub mod simd;
 
 pub use activation::{Activation, activation, bias_activation, erf};
 pub use attention::{AttentionSpec, ScoreFn, attention};

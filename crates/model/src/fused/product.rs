@@ -18,6 +18,7 @@ fn product(
     (b, b_stored): (&[f32], Stored),
     (m, k, n): (usize, usize, usize),
 ) -> Vec<f32> {
+    let _timer = profile::Timer::start(profile::Part::Products);
     assert_eq!((a.len(), b.len()), (m * k, k * n), "product operand sizes");
     // (row stride, column stride) of a [rows, cols] operand.
     let strides = |stored, rows: usize, cols: usize| match stored {

@@ -31,6 +31,7 @@ impl fmt::Debug for RotSaved {
 }
 
 /// `rotate(γ ⊙ x + β)` rows of width `dim`, in place in `out` (which holds x).
+#[inline(always)]
 fn rotate_rows(
     out: &mut [f32],
     first_row: usize,
@@ -52,10 +53,10 @@ fn rotate_rows(
             &tab.sin[p * half..(p + 1) * half],
         );
         let (x1, x2) = row.split_at_mut(half);
-        for i in 0..half {
-            let (a, b) = (x1[i], x2[i]);
-            x1[i] = a * cos[i] - b * sin[i];
-            x2[i] = b * cos[i] + a * sin[i];
+        for (((x1, x2), &c), &s) in x1.iter_mut().zip(x2.iter_mut()).zip(cos).zip(sin) {
+            let (a, b) = (*x1, *x2);
+            *x1 = a * c - b * s;
+            *x2 = b * c + a * s;
         }
     }
 }
@@ -66,10 +67,12 @@ fn rotate_forward(
     affine: Option<(&[f32], &[f32])>,
     tab: &RotaryTables,
 ) -> Vec<f32> {
+    let _timer = profile::Timer::start(profile::Part::Elementwise);
     let mut out = x.to_vec();
+    let level = simd::current();
     out.par_chunks_mut(ROTARY_ROWS * dim)
         .enumerate()
-        .for_each(|(c, rows)| rotate_rows(rows, c * ROTARY_ROWS, dim, affine, tab));
+        .for_each(|(c, rows)| level.run(|| rotate_rows(rows, c * ROTARY_ROWS, dim, affine, tab)));
     out
 }
 
@@ -80,6 +83,7 @@ impl<const P: usize> Backward<Flex, P> for RotBackward {
     type State = RotSaved;
 
     fn backward(self, ops: Ops<Self::State, P>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let _timer = profile::Timer::start(profile::Part::Elementwise);
         let saved = ops.state;
         let grad = contiguous(&grads.consume::<Flex>(&ops.node));
         let (x, g) = (slice(&saved.input), slice(&grad));
@@ -90,38 +94,45 @@ impl<const P: usize> Backward<Flex, P> for RotBackward {
         let gamma = saved.gamma.as_deref();
         // dY = Rᵀ dOut (the inverse rotation); dX = γ ⊙ dY; dγ = Σ X ⊙ dY; dβ = Σ dY.
         let mut dx = vec![0f32; x.len()];
+        let level = simd::current();
         let (dgamma, dbeta) = dx
             .par_chunks_mut(ROTARY_ROWS * dim)
             .zip(x.par_chunks(ROTARY_ROWS * dim))
             .zip(g.par_chunks(ROTARY_ROWS * dim))
             .enumerate()
             .map(|(c, ((dx, x), g))| {
-                let (mut dgam, mut dbet) = (vec![0f32; dim], vec![0f32; dim]);
-                for (r, ((dx, x), g)) in dx
-                    .chunks_mut(dim)
-                    .zip(x.chunks(dim))
-                    .zip(g.chunks(dim))
-                    .enumerate()
-                {
-                    let p = (c * ROTARY_ROWS + r) % tab.len;
-                    let (cos, sin) = (
-                        &tab.cos[p * half..(p + 1) * half],
-                        &tab.sin[p * half..(p + 1) * half],
-                    );
-                    for i in 0..half {
-                        let (d1, d2) = (g[i], g[half + i]);
-                        dx[i] = d1 * cos[i] + d2 * sin[i];
-                        dx[half + i] = d2 * cos[i] - d1 * sin[i];
-                    }
-                    if let Some(gamma) = gamma {
-                        for i in 0..dim {
-                            dgam[i] += x[i] * dx[i];
-                            dbet[i] += dx[i];
-                            dx[i] *= gamma[i];
+                level.run(|| {
+                    let (mut dgam, mut dbet) = (vec![0f32; dim], vec![0f32; dim]);
+                    for (r, ((dx, x), g)) in dx
+                        .chunks_mut(dim)
+                        .zip(x.chunks(dim))
+                        .zip(g.chunks(dim))
+                        .enumerate()
+                    {
+                        let p = (c * ROTARY_ROWS + r) % tab.len;
+                        let (cos, sin) = (
+                            &tab.cos[p * half..(p + 1) * half],
+                            &tab.sin[p * half..(p + 1) * half],
+                        );
+                        let (g1, g2) = g.split_at(half);
+                        let (dx1, dx2) = dx.split_at_mut(half);
+                        let pairs = dx1.iter_mut().zip(dx2.iter_mut()).zip(g1.iter().zip(g2));
+                        for (((o1, o2), (&d1, &d2)), (&c, &s)) in pairs.zip(cos.iter().zip(sin)) {
+                            *o1 = d1 * c + d2 * s;
+                            *o2 = d2 * c - d1 * s;
+                        }
+                        if let Some(gamma) = gamma {
+                            let sums = dgam.iter_mut().zip(dbet.iter_mut());
+                            for (((dg, db), (&x, dx)), &gm) in sums.zip(x.iter().zip(dx)).zip(gamma)
+                            {
+                                *dg += x * *dx;
+                                *db += *dx;
+                                *dx *= gm;
+                            }
                         }
                     }
-                }
-                (dgam, dbet)
+                    (dgam, dbet)
+                })
             })
             // Collected in order and summed serially: the same sums in the same order every run
             // (rayon's reduce tree depends on work stealing), so training is reproducible.

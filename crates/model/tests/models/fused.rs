@@ -8,6 +8,7 @@ use model::attention::{
     relu2_attention_rank_bias, relu2_attention_reference, scored_attention_reference,
     softmax_attention_reference,
 };
+use model::fused::simd::{self, SimdLevel};
 use model::fused::{
     self, Activation, AttentionSpec, ROW_BLOCK, ScoreFn, activation, bias_activation, fast_exp,
 };
@@ -18,6 +19,16 @@ use model::{Direction, cross_entropy};
 use crate::common::{
     assert_close, assert_grads_close, autodiff_device, backward_with, device, grad, randn, values,
 };
+
+/// Runs `check` with the fused kernels at each SIMD level this CPU supports (`fused::simd`'s run-time
+/// dispatch), so that every compiled version of a kernel meets the same independent reference.
+fn at_every_simd_level(check: impl Fn()) {
+    for level in SimdLevel::supported_levels() {
+        // Printed so that a failure names the level (the test harness shows it on failure).
+        eprintln!("fused kernels at SIMD level {}", level.name());
+        simd::with_level(level, &check);
+    }
+}
 
 fn reference(
     spec: AttentionSpec,
@@ -74,6 +85,10 @@ fn cases() -> Vec<(AttentionSpec, bool)> {
 
 #[test]
 fn attention_matches_reference_outputs_and_gradients() {
+    at_every_simd_level(attention_matches_reference_outputs_and_gradients_at_this_level);
+}
+
+fn attention_matches_reference_outputs_and_gradients_at_this_level() {
     let (dk, dv) = (16, 24);
     let t = 2 * ROW_BLOCK + 37; // three row blocks, the last one partial
     for n in [1, 3] {
@@ -121,6 +136,10 @@ fn attention_matches_reference_outputs_and_gradients() {
 
 #[test]
 fn causal_fused_attention_does_not_see_the_future() {
+    at_every_simd_level(causal_fused_attention_does_not_see_the_future_at_this_level);
+}
+
+fn causal_fused_attention_does_not_see_the_future_at_this_level() {
     let dev = device();
     let (n, t, d) = (2, ROW_BLOCK + 9, 8);
     let spec = AttentionSpec {
@@ -299,6 +318,10 @@ fn fused_matmul_matches_burn_values_and_gradients() {
 
 #[test]
 fn fused_cross_entropy_matches_log_softmax_values_and_gradients() {
+    at_every_simd_level(fused_cross_entropy_matches_log_softmax_values_and_gradients_at_this_level);
+}
+
+fn fused_cross_entropy_matches_log_softmax_values_and_gradients_at_this_level() {
     let dev = autodiff_device();
     let (n, v) = (37, 50);
     // Large logits: the fused kernel must subtract the row maximum like log_softmax does.
@@ -377,6 +400,10 @@ fn global_chunk_attention_matches_reference_outputs_and_gradients() {
 
 #[test]
 fn fused_activations_match_burn_values_and_gradients() {
+    at_every_simd_level(fused_activations_match_burn_values_and_gradients_at_this_level);
+}
+
+fn fused_activations_match_burn_values_and_gradients_at_this_level() {
     let dev = autodiff_device();
     let x = randn([3, 50, 7], 1, &dev).mul_scalar(4.0).require_grad();
     let w = randn([3, 50, 7], 2, &dev);
@@ -402,6 +429,10 @@ fn fused_activations_match_burn_values_and_gradients() {
 
 #[test]
 fn fused_rotary_matches_reference_values_and_gradients() {
+    at_every_simd_level(fused_rotary_matches_reference_values_and_gradients_at_this_level);
+}
+
+fn fused_rotary_matches_reference_values_and_gradients_at_this_level() {
     let dev = autodiff_device();
     let (b, h, t, dim) = (2, 3, 300, 16); // more rows than one parallel task
     let rope = Rope::new(dim, 5, t, &dev);
@@ -441,6 +472,10 @@ fn fused_rotary_matches_reference_values_and_gradients() {
 
 #[test]
 fn fused_bias_activation_matches_reference_values_and_gradients() {
+    at_every_simd_level(fused_bias_activation_matches_reference_values_and_gradients_at_this_level);
+}
+
+fn fused_bias_activation_matches_reference_values_and_gradients_at_this_level() {
     let dev = autodiff_device();
     // Rows of 7 do not divide the kernel's task size: tasks must still cut at row boundaries.
     let x = randn([5, 3001, 7], 1, &dev).mul_scalar(3.0).require_grad();
@@ -463,5 +498,73 @@ fn fused_bias_activation_matches_reference_values_and_gradients() {
         let (a, b) = (g(fused_out), g(ref_out));
         assert_close(&a.0, &b.0, 2e-6, &format!("{what}: dx"));
         assert_close(&a.1, &b.1, 1e-5, &format!("{what}: dbias"));
+    }
+}
+
+/// Every fused kernel gives the same bits at every SIMD level: the kernels' reductions use the same
+/// partial sums in the same order at every width, and Rust does not contract `a * b + c` into an
+/// FMA, so a wider build may only change speed. (gemm picks its own kernels, the same for every
+/// level here.)
+#[test]
+fn fused_kernels_give_the_same_bits_at_every_simd_level() {
+    let dev = autodiff_device();
+    let run = || -> Vec<Vec<f32>> {
+        let x = randn([3, 41, 37], 1, &dev).mul_scalar(3.0).require_grad();
+        let bias = randn([37], 2, &dev).require_grad();
+        let w = randn([3, 41, 37], 3, &dev);
+        let act = bias_activation(x.clone(), Some(bias.clone()), Activation::Gelu);
+        let g_act = backward_with(act.clone(), &w);
+
+        let logits = randn([29, 83], 4, &dev).mul_scalar(10.0).require_grad();
+        let targets = Tensor::<1, Int>::from_data(
+            TensorData::new((0..29i64).map(|i| (i * 5) % 83).collect::<Vec<_>>(), [29]),
+            &dev,
+        );
+        let rows = fused::cross_entropy_rows(&logits, &targets).expect("flex");
+        let g_ce = rows.clone().sum().backward();
+
+        let (n, t, dk) = (2, ROW_BLOCK + 19, 13);
+        let q = randn([n, t, dk], 5, &dev).require_grad();
+        let k = randn([n, t, dk], 6, &dev).require_grad();
+        let v = randn([n, t, dk], 7, &dev).require_grad();
+        let ab = randn([t, t], 8, &dev).mul_scalar(0.1).require_grad();
+        let spec = AttentionSpec {
+            score: ScoreFn::Softmax,
+            scale: 0.3,
+            causal: true,
+        };
+        let att = fused::attention(&q, &k, &v, Some(&ab), spec).expect("flex");
+        let g_att = backward_with(att.clone(), &randn([n, t, dk], 9, &dev));
+
+        let rope = Rope::new(10, 5, 33, &dev);
+        let r_in = randn([2, 33, 10], 10, &dev).require_grad();
+        let rot = rope.apply(r_in.clone());
+        let g_rot = backward_with(rot.clone(), &randn([2, 33, 10], 11, &dev));
+        vec![
+            values(act),
+            grad(&x, &g_act),
+            grad(&bias, &g_act),
+            values(rows),
+            grad(&logits, &g_ce),
+            values(att),
+            grad(&q, &g_att),
+            grad(&k, &g_att),
+            grad(&v, &g_att),
+            grad(&ab, &g_att),
+            values(rot),
+            grad(&r_in, &g_rot),
+        ]
+    };
+    let bits = |vs: Vec<Vec<f32>>| -> Vec<Vec<u32>> {
+        vs.into_iter()
+            .map(|v| v.into_iter().map(f32::to_bits).collect())
+            .collect()
+    };
+    let scalar = bits(simd::with_level(SimdLevel::Scalar, run));
+    for level in SimdLevel::supported_levels() {
+        let got = bits(simd::with_level(level, run));
+        for (i, (a, b)) in got.iter().zip(&scalar).enumerate() {
+            assert!(a == b, "output {i} differs at SIMD level {}", level.name());
+        }
     }
 }

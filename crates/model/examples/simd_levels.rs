@@ -1,0 +1,60 @@
+//! The fused elementwise kernels at each SIMD level this CPU supports, on table11's shapes (8192
+//! tokens, FLASH's GAU width 2e + s = 1152, vocabulary 8192): forward + backward, median of 5.
+//!
+//! `cargo run --release -p model --example simd_levels`
+use burn::prelude::*;
+use burn::tensor::Distribution;
+use model::fused::simd::{self, SimdLevel};
+use model::fused::{Activation, bias_activation, cross_entropy_rows};
+use model::runtime::median_seconds;
+
+fn main() {
+    model::runtime::configure();
+    let dev = Device::flex().autodiff();
+    let x = Tensor::<2>::random([8192, 1152], Distribution::Normal(0.0, 1.0), &dev).require_grad();
+    let bias = Tensor::<1>::random([1152], Distribution::Normal(0.0, 1.0), &dev).require_grad();
+    let logits =
+        Tensor::<2>::random([8192, 8192], Distribution::Normal(0.0, 1.0), &dev).require_grad();
+    let targets = Tensor::<1, Int>::random([8192], Distribution::Uniform(0.0, 8000.0), &dev);
+    println!(
+        "| level | SiLU(x + b) fwd+bwd [8192, 1152] (ms) | cross-entropy fwd+bwd [8192, 8192] (ms) |"
+    );
+    println!("|---|---|---|");
+    for level in SimdLevel::supported_levels() {
+        let act = median_seconds(|| {
+            simd::with_level(level, || {
+                let y = bias_activation(x.clone(), Some(bias.clone()), Activation::Silu);
+                drop(y.sum().backward());
+            })
+        });
+        let plain = Device::flex();
+        let xp = x.clone().inner().to_device(&plain);
+        let fwd = median_seconds(|| {
+            simd::with_level(level, || {
+                let y = model::fused::activation(xp.clone(), Activation::Silu);
+                drop(y);
+            })
+        });
+        let copy = median_seconds(|| drop(xp.clone().mul_scalar(2.0)));
+        eprintln!(
+            "{}: SiLU forward alone {:.1} ms, x·2 {:.1} ms",
+            level.name(),
+            fwd * 1e3,
+            copy * 1e3
+        );
+        let ce = median_seconds(|| {
+            simd::with_level(level, || {
+                let l = cross_entropy_rows(&logits, &targets).expect("flex");
+                drop(l.sum().backward());
+            })
+        });
+        println!(
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            level.name(),
+            act * 1e3,
+            fwd * 1e3,
+            ce * 1e3,
+            copy * 1e3
+        );
+    }
+}
