@@ -83,14 +83,41 @@ fn builtin(profile: Profile) -> &'static str {
 /// The project's reference JAX step times (`shared/notes/performance.md`).
 const ANCHOR: &str = include_str!("../anchors/flash_jax_cpu.csv");
 
-/// The same JAX script re-timed on this machine on 2026-11-30, beside its Transformer++ with the
-/// attention in blocks of query rows (`anchors/tfmpp_blockwise_jax.py`; see `anchors/README.md`).
-const SESSION_ANCHOR: (&str, &str) = (
-    "JAX re-timed on 2026-11-30 (`experiments/anchors/flash_jax_cpu_2026-11-30.csv`: \
-     `transformer_plusplus` is the faster of the anchor's own Transformer++ \
-     and the same model with blockwise attention)",
-    include_str!("../anchors/flash_jax_cpu_2026-11-30.csv"),
-);
+/// The anchors re-timed on this machine in the same session as the committed `latency.csv`
+/// (`anchors/README.md`), with the ratio of ours to theirs that issue 19 targets on every row: the
+/// JAX/XLA script (its `transformer_plusplus` the faster of the anchor's own Transformer++ and the
+/// same model with blockwise attention, `anchors/tfmpp_blockwise_jax.py`) and PyTorch eager running
+/// the public implementations (`shared/anchors/torch_anchor.py`: flash-pytorch 0.1.9 for FLASH and
+/// FLASH-Quad, x-transformers for Transformer++).
+const SESSION_ANCHORS: [SessionAnchor; 2] = [
+    SessionAnchor {
+        name: "JAX",
+        file: "experiments/anchors/flash_jax_cpu_2026-12-02.csv",
+        csv: include_str!("../anchors/flash_jax_cpu_2026-12-02.csv"),
+        target: 0.7,
+    },
+    SessionAnchor {
+        name: "PyTorch",
+        file: "experiments/anchors/torch_cpu_2026-12-02.csv",
+        csv: include_str!("../anchors/torch_cpu_2026-12-02.csv"),
+        target: 0.8,
+    },
+];
+
+/// An anchor timed in the same session as our rows.
+struct SessionAnchor {
+    /// The framework, as the tables name it.
+    name: &'static str,
+    /// Its CSV (`model,context,median_s_per_step`), relative to the repository root.
+    file: &'static str,
+    csv: &'static str,
+    /// The largest ours / anchor ratio the project aims for on every row (issue 19).
+    target: f64,
+}
+
+/// FLASH is "flat in context" when its step at the longest context is at most this many times its
+/// step at the shortest (issue 19; the paper's Table 11 shows FLASH's latency nearly constant).
+pub const FLAT_BOUND: f64 = 1.1;
 
 /// Deterministic token ids in 0..vocab: [batch, len].
 fn random_tokens(
@@ -366,9 +393,15 @@ fn comparison(rows: &[LatencyRow]) -> Result<String> {
         &anchor,
         "the recorded anchor (`experiments/anchors/flash_jax_cpu.csv`)",
     );
-    let (what, csv) = SESSION_ANCHOR;
-    md += &parity(rows, &read_anchor(csv)?, what);
-    md += "\n## Growth from the shortest to the longest context\n\n| model | first context | last context | ratio of s/step |\n|---|---|---|---|\n";
+    md += &session_comparison(rows, &SESSION_ANCHORS)?;
+    for a in &SESSION_ANCHORS {
+        let what = format!("{} re-timed in this session (`{}`)", a.name, a.file);
+        md += &parity(rows, &read_anchor(a.csv)?, &what);
+    }
+    md += &format!(
+        "\n## Growth from the shortest to the longest context (FLASH flat: at most {FLAT_BOUND}×)\n\n\
+         | model | first context | last context | ratio of s/step |\n|---|---|---|---|\n"
+    );
     let mut models: Vec<&str> = Vec::new();
     for r in rows {
         if !models.contains(&r.model.as_str()) {
@@ -381,14 +414,77 @@ fn comparison(rows: &[LatencyRow]) -> Result<String> {
             mine.iter().min_by_key(|r| r.context),
             mine.iter().max_by_key(|r| r.context),
         ) {
+            let growth = last.median_s_per_step / first.median_s_per_step;
+            let flat = match m {
+                "flash" if growth <= FLAT_BOUND => " (flat)",
+                "flash" => " (**not flat**)",
+                _ => "",
+            };
             md += &format!(
-                "| {m} | {} | {} | {:.2}× |\n",
-                first.context,
-                last.context,
-                last.median_s_per_step / first.median_s_per_step
+                "| {m} | {} | {} | {growth:.2}×{flat} |\n",
+                first.context, last.context
             );
         }
     }
+    Ok(md)
+}
+
+/// Markdown: each row beside every same-session anchor, with the ratio and whether it meets the
+/// anchor's target, and a count of the rows that meet all targets.
+fn session_comparison(rows: &[LatencyRow], anchors: &[SessionAnchor]) -> Result<String> {
+    let anchors: Vec<(&SessionAnchor, Vec<(String, usize, f64)>)> = anchors
+        .iter()
+        .map(|a| Ok((a, read_anchor(a.csv)?)))
+        .collect::<Result<_>>()?;
+    let mut md = String::from(
+        "\n## Against the anchors re-timed in this session\n\n| model | context | ours (s) |",
+    );
+    let mut rule = String::from("|---|---|---|");
+    for (a, _) in &anchors {
+        md += &format!(" {0} (s) | ours / {0} | ≤ {1}? |", a.name, a.target);
+        rule += "---|---|---|";
+    }
+    md += &format!("\n{rule}\n");
+    let (mut compared, mut met) = (0, 0);
+    for r in rows {
+        md += &format!(
+            "| {} | {} | {:.3} |",
+            r.model, r.context, r.median_s_per_step
+        );
+        let mut all = true;
+        let mut any = false;
+        for (a, times) in &anchors {
+            match anchor_seconds(times, &r.model, r.context) {
+                Some(t) => {
+                    let ratio = r.median_s_per_step / t;
+                    let ok = ratio <= a.target;
+                    all &= ok;
+                    any = true;
+                    md += &format!(
+                        " {t:.2} | {ratio:.2}× | {} |",
+                        if ok { "yes" } else { "**no**" }
+                    );
+                }
+                None => {
+                    all = false;
+                    md += " — | — | — |";
+                }
+            }
+        }
+        md += "\n";
+        if any {
+            compared += 1;
+            met += usize::from(all);
+        }
+    }
+    let files: Vec<String> = anchors
+        .iter()
+        .map(|(a, _)| format!("`{}`", a.file))
+        .collect();
+    md += &format!(
+        "\n{met} of {compared} rows meet every target (anchors: {}).\n",
+        files.join(", ")
+    );
     Ok(md)
 }
 
@@ -450,4 +546,62 @@ fn read_anchor(csv: &str) -> Result<Vec<(String, usize, f64)>> {
         .deserialize::<(String, usize, f64)>()
         .map(|r| r.context("anchor CSV"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(model: &str, context: usize, seconds: f64) -> LatencyRow {
+        LatencyRow {
+            model: model.into(),
+            context,
+            batch: 8192 / context,
+            params: 0,
+            median_s_per_step: seconds,
+            min_s_per_step: seconds,
+            max_s_per_step: seconds,
+            tokens_per_s: 8192.0 / seconds,
+            flops_per_step: 0.0,
+            model_gflop_per_s: 0.0,
+            last_loss: 0.0,
+            device: "test".into(),
+        }
+    }
+
+    #[test]
+    fn session_comparison_states_each_ratio_against_its_target_and_counts_the_rows() {
+        let anchors = [
+            SessionAnchor {
+                name: "JAX",
+                file: "jax.csv",
+                csv: "model,context,median_s_per_step\nflash,512,5.0\nflash,1024,4.0\n",
+                target: 0.7,
+            },
+            SessionAnchor {
+                name: "PyTorch",
+                file: "torch.csv",
+                csv: "model,context,median_s_per_step\nflash,512,4.0\n",
+                target: 0.8,
+            },
+        ];
+        // 3.0 / 5.0 = 0.60 (meets 0.7), 3.0 / 4.0 = 0.75 (meets 0.8): the row meets both.
+        // 3.0 / 4.0 = 0.75 against JAX misses 0.7; PyTorch has no 1024 row: not all met.
+        // A model neither anchor timed is not counted.
+        let rows = [
+            row("flash", 512, 3.0),
+            row("flash", 1024, 3.0),
+            row("performer", 512, 1.0),
+        ];
+        let md = session_comparison(&rows, &anchors).unwrap();
+        assert!(
+            md.contains("| flash | 512 | 3.000 | 5.00 | 0.60× | yes | 4.00 | 0.75× | yes |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| flash | 1024 | 3.000 | 4.00 | 0.75× | **no** | — | — | — |"),
+            "{md}"
+        );
+        assert!(md.contains("1 of 2 rows meet every target"), "{md}");
+    }
 }

@@ -1,0 +1,56 @@
+"""Builds the anchor CSVs that `table11` compares with (model,context,median_s_per_step) from the raw
+outputs of one session's anchor runs, so that every number in them traces to a raw file.
+
+usage: python3 experiments/anchors/session_csv.py DATE
+  reads  experiments/anchors/raw/{flash_jax,tfmpp_blockwise_jax,torch_anchor}_DATE.csv
+  writes experiments/anchors/flash_jax_cpu_DATE.csv and experiments/anchors/torch_cpu_DATE.csv
+
+JAX: `flash_jax.py`'s `tfmpp` (dense [B, H, T, T] scores) is written as
+`transformer_plusplus_dense_scores`, `tfmpp_blockwise_jax.py`'s model as
+`transformer_plusplus_blockwise`, and `transformer_plusplus` is the faster of the two at each context
+(the best this JAX does for Transformer++). PyTorch: `torch_anchor.py`'s `tfmpp` (x-transformers,
+SDPA attention) is `transformer_plusplus`.
+"""
+import csv, os, sys
+
+NAMES = {"tfmpp": "transformer_plusplus"}
+
+
+def rows(path):
+    with open(path) as f:
+        return [r for r in csv.DictReader(line for line in f if not line.startswith("#"))]
+
+
+def write(path, out):
+    with open(path, "w") as f:
+        f.write("model,context,median_s_per_step\n")
+        for m, c, s in out:
+            f.write(f"{m},{c},{s:.4f}\n")
+    print("wrote", path)
+
+
+def main():
+    date = sys.argv[1]
+    here = os.path.dirname(os.path.abspath(__file__))
+    raw = lambda name: os.path.join(here, "raw", f"{name}_{date}.csv")
+    jax, dense, block = [], {}, {}
+    for r in rows(raw("flash_jax")):
+        m, c, s = r["model"], int(r["context"]), float(r["median_s_per_step"])
+        if m == "tfmpp":
+            dense[c] = s
+        else:
+            jax.append((m, c, s))
+    for r in rows(raw("tfmpp_blockwise_jax")):
+        block[int(r["context"])] = float(r["median_s_per_step"])
+    for c in sorted(dense):
+        jax.append(("transformer_plusplus", c, min(dense[c], block.get(c, dense[c]))))
+    jax += [("transformer_plusplus_dense_scores", c, s) for c, s in sorted(dense.items())]
+    jax += [("transformer_plusplus_blockwise", c, s) for c, s in sorted(block.items())]
+    write(os.path.join(here, f"flash_jax_cpu_{date}.csv"), jax)
+    torch = [(NAMES.get(r["model"], r["model"]), int(r["context"]), float(r["median_s_per_step"]))
+             for r in rows(raw("torch_anchor"))]
+    write(os.path.join(here, f"torch_cpu_{date}.csv"), torch)
+
+
+if __name__ == "__main__":
+    main()
