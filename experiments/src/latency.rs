@@ -432,7 +432,7 @@ fn comparison(rows: &[LatencyRow]) -> Result<String> {
 /// Markdown: each row beside every same-session anchor, with the ratio and whether it meets the
 /// anchor's target, and a count of the rows that meet all targets.
 fn session_comparison(rows: &[LatencyRow], anchors: &[SessionAnchor]) -> Result<String> {
-    let anchors: Vec<(&SessionAnchor, Vec<(String, usize, f64)>)> = anchors
+    let anchors: Vec<(&SessionAnchor, AnchorTimes)> = anchors
         .iter()
         .map(|a| Ok((a, read_anchor(a.csv)?)))
         .collect::<Result<_>>()?;
@@ -540,7 +540,10 @@ fn anchor_seconds(anchor: &[(String, usize, f64)], model: &str, context: usize) 
         .map(|&(_, _, s)| s)
 }
 
-fn read_anchor(csv: &str) -> Result<Vec<(String, usize, f64)>> {
+/// An anchor's step times: (model, context, median seconds per step).
+type AnchorTimes = Vec<(String, usize, f64)>;
+
+fn read_anchor(csv: &str) -> Result<AnchorTimes> {
     let mut reader = csv::Reader::from_reader(csv.as_bytes());
     reader
         .deserialize::<(String, usize, f64)>()
