@@ -36,12 +36,6 @@ fn main() {
             })
         });
         let copy = median_seconds(|| drop(xp.clone().mul_scalar(2.0)));
-        eprintln!(
-            "{}: SiLU forward alone {:.1} ms, x·2 {:.1} ms",
-            level.name(),
-            fwd * 1e3,
-            copy * 1e3
-        );
         let ce = median_seconds(|| {
             simd::with_level(level, || {
                 let l = cross_entropy_rows(&logits, &targets).expect("flex");

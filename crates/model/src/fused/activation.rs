@@ -122,10 +122,14 @@ impl<const P: usize> Backward<Flex, P> for ActBackward {
                     let mut db = vec![0f32; if bias.is_some() { dim } else { 0 }];
                     for ((o, x), g) in o.chunks_mut(dim).zip(x.chunks(dim)).zip(g.chunks(dim)) {
                         match bias {
+                            // Zipped, not indexed: indexing the bias and its sums kept this
+                            // loop from vectorising (bounds checks).
                             Some(b) => {
-                                for (i, ((o, &x), &g)) in o.iter_mut().zip(x).zip(g).enumerate() {
-                                    *o = g * act.derivative(x + b[i]);
-                                    db[i] += *o;
+                                let (ox, gb) = (o.iter_mut().zip(x), g.iter().zip(b));
+                                for (((o, &x), (&g, &b)), db) in ox.zip(gb).zip(db.iter_mut()) {
+                                    let d = g * act.derivative(x + b);
+                                    *o = d;
+                                    *db += d;
                                 }
                             }
                             None => {
