@@ -17,6 +17,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use burn::prelude::*;
 use data::registry::{self, Split};
 use data::source::{SourceOptions, split_files};
+use data::tasks::PretrainObjective;
 use data::tasks::{Seq2SeqExample, Seq2SeqTask};
 use data::tokenize::{self, Tok, TokenizerSpec};
 use model::t5::{KvConversion, Stop, T5Config, T5Model, convert_kv_heads};
@@ -208,11 +209,27 @@ pub struct PipelineConfig {
     /// the checkpoint left it (step S_pretrain + s), or `restart` it with a new warm-up.
     #[serde(default)]
     pub uptrain_schedule: UptrainSchedule,
+    /// Pre-training's targets: `span_corruption` (T5's, the default and the paper's) or
+    /// `reconstruct` (the same corrupted inputs, the whole window as target: teaches a small
+    /// model to copy its input, which the cpu tasks need; `results/gqa_pilot`). Applies to
+    /// uptraining and the held-out span losses too.
+    #[serde(default)]
+    pub pretrain_objective: PretrainObjective,
     /// Fine-tuning examples held in the shuffle buffer, drawn at random with `seed` (1: the files'
     /// order). Default seqio's 1,000 (`data::epochs::DEFAULT_SHUFFLE_BUFFER`), which T5 and the
     /// paper's t5x read through; the paper does not state its own.
     #[serde(default = "default_shuffle_buffer")]
     pub shuffle_buffer: usize,
+}
+
+/// The record of a pre-training stage's start: random weights, the seed, and the objective when
+/// it is not T5's (so stages pre-trained before the field existed keep matching their lineage).
+fn pretrain_origin(config: &PipelineConfig) -> serde_json::Value {
+    let mut origin = serde_json::json!({ "init": "random", "seed": config.seed });
+    if config.pretrain_objective != PretrainObjective::SpanCorruption {
+        origin["objective"] = serde_json::to_value(config.pretrain_objective).expect("an enum");
+    }
+    origin
 }
 
 fn default_shuffle_buffer() -> usize {
@@ -585,7 +602,11 @@ fn dry_run_pipeline(
     let device = cli.one_device()?.train_device()?;
     let build = device.clone().without_autodiff();
     let vocab = crate::dry_run::vocab_size(&config.tokenizer)?;
-    let span_targets = data::tasks::t5_span_lengths(config.input_length, 0.15, 3.0).1;
+    let (span_raw, span_targets) = data::tasks::t5_span_lengths(config.input_length, 0.15, 3.0);
+    let span_targets = match config.pretrain_objective {
+        PretrainObjective::SpanCorruption => span_targets,
+        PretrainObjective::Reconstruct => span_raw + 1,
+    };
     // (plan, model, train config, input and target lengths)
     let mut stages: Vec<(RunPlan, T5Config, TrainConfig, (usize, usize))> = Vec::new();
     let mut plan = |label: String,
@@ -715,7 +736,11 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         PathBuf::from(&config.stages)
     };
     let vocab = sources.tok.vocab_size();
-    let span_targets = data::tasks::t5_span_lengths(config.input_length, 0.15, 3.0).1;
+    let (span_raw, span_targets) = data::tasks::t5_span_lengths(config.input_length, 0.15, 3.0);
+    let span_targets = match config.pretrain_objective {
+        PretrainObjective::SpanCorruption => span_targets,
+        PretrainObjective::Reconstruct => span_raw + 1,
+    };
 
     // Pre-training and uptraining: span corruption on the corpus with the pre-training schedule.
     let (device_ref, stop_ref) = (&device, &stop);
@@ -743,7 +768,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             config.pretrain.batch,
             config.input_length,
             config.pretrain.eval_size,
-            data_seed,
+            (data_seed, config.pretrain_objective),
         )?;
         anyhow::Ok((stage, task))
     };
@@ -767,7 +792,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         let (stage, mut task) = span_stage(
             format!("pretrain-{}", m.size),
             format!("pretrain {}", m.size),
-            serde_json::json!({ "init": "random", "seed": config.seed }),
+            pretrain_origin(&config),
             (
                 config.pretrain.train(config.pretrain.steps, config.seed),
                 config.seed,
@@ -789,7 +814,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         config.pretrain.batch,
         config.input_length,
         config.pretrain.eval_size,
-        config.seed.wrapping_add(1),
+        (config.seed.wrapping_add(1), config.pretrain_objective),
     )?;
     let mut models: Vec<(&ModelSpec, T5Config, T5Model, serde_json::Value, SpanLosses)> =
         Vec::new();

@@ -175,6 +175,22 @@ pub struct SpanCorruption {
     pub mean_span: f64,
 }
 
+/// What a corrupted window's targets are (T5 paper, Raffel et al. 2020, §3.3.1 and Table 4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PretrainObjective {
+    /// T5's objective (and T5.1.1's, which the GQA paper starts from): each sentinel followed by
+    /// the tokens it replaced. The targets are exactly what the inputs lack, so nothing in it asks
+    /// the model to copy its input.
+    #[default]
+    SpanCorruption,
+    /// The same corrupted inputs with the whole original window as the target (the paper's
+    /// "BERT-style" / reconstruction variant): most target tokens are copies of input tokens, so
+    /// pre-training also teaches copying, which a small model does not learn from fine-tuning alone
+    /// (`results/gqa_pilot`, pilot 3).
+    Reconstruct,
+}
+
 /// Inputs and targets of one corrupted window.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpanExample {
@@ -222,6 +238,20 @@ impl SpanCorruption {
             mask.extend(std::iter::repeat_n(true, *z));
         }
         mask
+    }
+
+    /// The corrupted window with the targets `objective` asks for.
+    pub fn apply_objective(
+        &mut self,
+        tokens: &[u32],
+        tok: &Tok,
+        objective: PretrainObjective,
+    ) -> SpanExample {
+        let mut example = self.apply(tokens, tok);
+        if objective == PretrainObjective::Reconstruct {
+            example.targets = tokens.iter().copied().chain([tok.eos_id()]).collect();
+        }
+        example
     }
 
     pub fn apply(&mut self, tokens: &[u32], tok: &Tok) -> SpanExample {

@@ -8,7 +8,8 @@ use data::Example;
 use data::registry::{self, Split};
 use data::source::{ExampleStream, SourceOptions, split_files};
 use data::tasks::{
-    BertMasking, NO_LOSS, PackState, Packer, Seq2SeqTask, SpanCorruption, t5_span_lengths,
+    BertMasking, NO_LOSS, PackState, Packer, PretrainObjective, Seq2SeqTask, SpanCorruption,
+    t5_span_lengths,
 };
 use data::tokenize::Tok;
 
@@ -322,5 +323,26 @@ fn epoch_streams_shuffle_by_seed_and_resume_exactly() {
             .map(|_| resumed.next_example().unwrap())
             .collect();
         assert_eq!(rest, a[k..], "resumed after {k} examples");
+    }
+}
+
+#[test]
+fn reconstruction_targets_are_the_whole_window_with_span_corruption_inputs() {
+    let tok = Tok::bytes();
+    let raw: Vec<u32> = (0..142).map(|i| 3 + (i * 7 % 250) as u32).collect();
+    for seed in 0..5 {
+        let (mut a, mut b) = (SpanCorruption::new(seed), SpanCorruption::new(seed));
+        let span = a.apply_objective(&raw, &tok, PretrainObjective::SpanCorruption);
+        let rec = b.apply_objective(&raw, &tok, PretrainObjective::Reconstruct);
+        // Same noise, same inputs: only the targets differ.
+        assert_eq!(rec.inputs, span.inputs);
+        assert_eq!(span, SpanCorruption::new(seed).apply(&raw, &tok));
+        let mut expected = raw.clone();
+        expected.push(tok.eos_id());
+        assert_eq!(rec.targets, expected);
+        // The inputs keep every non-noise token in order: the targets' copyable part.
+        let kept: Vec<u32> = rec.inputs.iter().copied().filter(|&t| t <= 258).collect();
+        assert!(kept.len() < raw.len() && kept.len() > raw.len() / 2);
+        assert_eq!(b.rng, a.rng, "both objectives draw the same noise");
     }
 }

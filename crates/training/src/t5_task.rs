@@ -11,7 +11,9 @@ use data::epochs::{EpochState, EpochStream, Shuffle};
 use data::registry::DatasetSpec;
 use data::rng::SplitMix64;
 use data::source::{ExampleStream, StreamPosition};
-use data::tasks::{Seq2SeqExample, Seq2SeqTask, SpanCorruption, SpanExample, t5_span_lengths};
+use data::tasks::{
+    PretrainObjective, Seq2SeqExample, Seq2SeqTask, SpanCorruption, SpanExample, t5_span_lengths,
+};
 use data::tokenize::Tok;
 use model::t5::{Stop, T5Model};
 use serde::{Deserialize, Serialize};
@@ -88,6 +90,8 @@ pub struct SpanState {
 pub struct SpanCorruptionTask {
     stream: WindowStream,
     corruption: SpanCorruption,
+    /// What the targets are (T5's span corruption, or the whole window).
+    objective: PretrainObjective,
     batch: usize,
     /// Held-out windows corrupted once with their own seed: every evaluation sees the same noise.
     eval: Vec<SpanExample>,
@@ -97,14 +101,14 @@ pub struct SpanCorruptionTask {
 const EVAL_NOISE_SEED: u64 = 0x5eed_7a5c;
 
 impl SpanCorruptionTask {
-    /// Batches of `batch` windows corrupted to `input_length` tokens; the first `eval_windows`
-    /// windows of the eval files are the held-out set.
+    /// Batches of `batch` windows corrupted to `input_length` tokens, with the targets `objective`
+    /// asks for; the first `eval_windows` windows of the eval files are the held-out set.
     pub fn new(
         data: LmData,
         batch: usize,
         input_length: usize,
         eval_windows: usize,
-        seed: u64,
+        (seed, objective): (u64, PretrainObjective),
     ) -> Result<Self> {
         let LmData {
             spec,
@@ -118,11 +122,12 @@ impl SpanCorruptionTask {
         let mut eval_corruption = SpanCorruption::new(seed ^ EVAL_NOISE_SEED);
         let eval = WindowStream::first_windows(spec, eval_files, &tok, raw, eval_windows)?
             .iter()
-            .map(|w| eval_corruption.apply(w, &tok))
+            .map(|w| eval_corruption.apply_objective(w, &tok, objective))
             .collect();
         Ok(Self {
             stream: WindowStream::new(spec, train_files, tok, raw)?,
             corruption,
+            objective,
             batch,
             eval,
         })
@@ -141,7 +146,8 @@ impl Task<T5Model> for SpanCorruptionTask {
         let examples: Vec<SpanExample> = (0..self.batch)
             .map(|_| {
                 let w = self.stream.next_window()?;
-                Ok(self.corruption.apply(&w, self.stream.tokenizer()))
+                let tok = self.stream.tokenizer();
+                Ok(self.corruption.apply_objective(&w, tok, self.objective))
             })
             .collect::<Result<_>>()?;
         Ok(seq2seq_loss(model, &examples, device))

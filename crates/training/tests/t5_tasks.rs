@@ -132,7 +132,14 @@ fn span_corruption_trains_and_resumes_exactly() {
     corpus(dir.path());
     let device = Device::flex().autodiff();
     let task = || {
-        SpanCorruptionTask::new(lm_data(dir.path(), "gutenberg_shakespeare"), 2, 48, 2, 11).unwrap()
+        SpanCorruptionTask::new(
+            lm_data(dir.path(), "gutenberg_shakespeare"),
+            2,
+            48,
+            2,
+            (11, Default::default()),
+        )
+        .unwrap()
     };
     assert!(
         task().target_length() > 2,
