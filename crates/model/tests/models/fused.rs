@@ -508,38 +508,39 @@ fn fused_bias_activation_matches_reference_values_and_gradients_at_this_level() 
 #[test]
 fn fused_kernels_give_the_same_bits_at_every_simd_level() {
     let dev = autodiff_device();
+    // Inputs drawn once: the device's generator is shared with the tests running beside this one,
+    // so drawing again per level could give other values.
+    let x = randn([3, 41, 37], 1, &dev).mul_scalar(3.0).require_grad();
+    let bias = randn([37], 2, &dev).require_grad();
+    let w = randn([3, 41, 37], 3, &dev);
+    let logits = randn([29, 83], 4, &dev).mul_scalar(10.0).require_grad();
+    let targets = Tensor::<1, Int>::from_data(
+        TensorData::new((0..29i64).map(|i| (i * 5) % 83).collect::<Vec<_>>(), [29]),
+        &dev,
+    );
+    let (n, t, dk) = (2, ROW_BLOCK + 19, 13);
+    let q = randn([n, t, dk], 5, &dev).require_grad();
+    let k = randn([n, t, dk], 6, &dev).require_grad();
+    let v = randn([n, t, dk], 7, &dev).require_grad();
+    let ab = randn([t, t], 8, &dev).mul_scalar(0.1).require_grad();
+    let w_att = randn([n, t, dk], 9, &dev);
+    let rope = Rope::new(10, 5, 33, &dev);
+    let r_in = randn([2, 33, 10], 10, &dev).require_grad();
+    let w_rot = randn([2, 33, 10], 11, &dev);
     let run = || -> Vec<Vec<f32>> {
-        let x = randn([3, 41, 37], 1, &dev).mul_scalar(3.0).require_grad();
-        let bias = randn([37], 2, &dev).require_grad();
-        let w = randn([3, 41, 37], 3, &dev);
         let act = bias_activation(x.clone(), Some(bias.clone()), Activation::Gelu);
         let g_act = backward_with(act.clone(), &w);
-
-        let logits = randn([29, 83], 4, &dev).mul_scalar(10.0).require_grad();
-        let targets = Tensor::<1, Int>::from_data(
-            TensorData::new((0..29i64).map(|i| (i * 5) % 83).collect::<Vec<_>>(), [29]),
-            &dev,
-        );
         let rows = fused::cross_entropy_rows(&logits, &targets).expect("flex");
         let g_ce = rows.clone().sum().backward();
-
-        let (n, t, dk) = (2, ROW_BLOCK + 19, 13);
-        let q = randn([n, t, dk], 5, &dev).require_grad();
-        let k = randn([n, t, dk], 6, &dev).require_grad();
-        let v = randn([n, t, dk], 7, &dev).require_grad();
-        let ab = randn([t, t], 8, &dev).mul_scalar(0.1).require_grad();
         let spec = AttentionSpec {
             score: ScoreFn::Softmax,
             scale: 0.3,
             causal: true,
         };
         let att = fused::attention(&q, &k, &v, Some(&ab), spec).expect("flex");
-        let g_att = backward_with(att.clone(), &randn([n, t, dk], 9, &dev));
-
-        let rope = Rope::new(10, 5, 33, &dev);
-        let r_in = randn([2, 33, 10], 10, &dev).require_grad();
+        let g_att = backward_with(att.clone(), &w_att);
         let rot = rope.apply(r_in.clone());
-        let g_rot = backward_with(rot.clone(), &randn([2, 33, 10], 11, &dev));
+        let g_rot = backward_with(rot.clone(), &w_rot);
         vec![
             values(act),
             grad(&x, &g_act),
