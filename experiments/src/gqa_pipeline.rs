@@ -602,11 +602,7 @@ fn dry_run_pipeline(
     let device = cli.one_device()?.train_device()?;
     let build = device.clone().without_autodiff();
     let vocab = crate::dry_run::vocab_size(&config.tokenizer)?;
-    let (span_raw, span_targets) = data::tasks::t5_span_lengths(config.input_length, 0.15, 3.0);
-    let span_targets = match config.pretrain_objective {
-        PretrainObjective::SpanCorruption => span_targets,
-        PretrainObjective::Reconstruct => span_raw + 1,
-    };
+    let span_targets = config.pretrain_objective.target_length(config.input_length);
     // (plan, model, train config, input and target lengths)
     let mut stages: Vec<(RunPlan, T5Config, TrainConfig, (usize, usize))> = Vec::new();
     let mut plan = |label: String,
@@ -736,11 +732,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         PathBuf::from(&config.stages)
     };
     let vocab = sources.tok.vocab_size();
-    let (span_raw, span_targets) = data::tasks::t5_span_lengths(config.input_length, 0.15, 3.0);
-    let span_targets = match config.pretrain_objective {
-        PretrainObjective::SpanCorruption => span_targets,
-        PretrainObjective::Reconstruct => span_raw + 1,
-    };
+    let span_targets = config.pretrain_objective.target_length(config.input_length);
 
     // Pre-training and uptraining: span corruption on the corpus with the pre-training schedule.
     let (device_ref, stop_ref) = (&device, &stop);

@@ -191,6 +191,18 @@ pub enum PretrainObjective {
     Reconstruct,
 }
 
+impl PretrainObjective {
+    /// Target tokens of one window corrupted to `input_length` inputs at T5's noise density 0.15
+    /// and mean span 3 (EOS included): what [`SpanCorruption::apply_objective`] produces.
+    pub fn target_length(self, input_length: usize) -> usize {
+        let (raw, targets) = t5_span_lengths(input_length, 0.15, 3.0);
+        match self {
+            PretrainObjective::SpanCorruption => targets,
+            PretrainObjective::Reconstruct => raw + 1,
+        }
+    }
+}
+
 /// Inputs and targets of one corrupted window.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpanExample {

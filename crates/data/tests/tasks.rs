@@ -346,3 +346,21 @@ fn reconstruction_targets_are_the_whole_window_with_span_corruption_inputs() {
         assert_eq!(b.rng, a.rng, "both objectives draw the same noise");
     }
 }
+
+#[test]
+fn objective_target_lengths_are_what_the_corruption_writes() {
+    let tok = Tok::bytes();
+    let (raw_len, _) = t5_span_lengths(128, 0.15, 3.0);
+    let raw: Vec<u32> = (0..raw_len).map(|i| 3 + (i % 250) as u32).collect();
+    for objective in [
+        PretrainObjective::SpanCorruption,
+        PretrainObjective::Reconstruct,
+    ] {
+        let ex = SpanCorruption::new(3).apply_objective(&raw, &tok, objective);
+        assert_eq!(
+            ex.targets.len(),
+            objective.target_length(128),
+            "{objective:?}"
+        );
+    }
+}
