@@ -268,3 +268,25 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
     );
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+#[test]
+fn gqa_pipeline_refuses_a_random_copy_fraction_outside_0_1() {
+    use experiments::gqa_pipeline;
+    let out = std::env::temp_dir().join(format!("gqa-random-copy-{}", std::process::id()));
+    for bad in ["1.0", "-0.1"] {
+        let set = format!("pretrain_random_copy={bad}");
+        let err = gqa_pipeline::run(cli("gqa_table1", &out, &["--set", &set]), &|_| {
+            concat!(
+                "pretrain_random_copy = 0.0\n",
+                include_str!("../configs/gqa_table1/smoke.toml")
+            )
+        })
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("must be in [0, 1)"),
+            "{bad}: {err:#}"
+        );
+        assert!(!out.join("scores.csv").exists(), "nothing written");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -266,6 +266,25 @@ impl SpanCorruption {
         example
     }
 
+    /// A synthetic copying example: `len` ids drawn uniformly from the non-special ids, corrupted
+    /// like a window, with the whole drawn sequence as the target (the reconstruction target
+    /// whatever the run's objective). Random tokens give every position a unique anchor, so they
+    /// teach a small T5 to copy far sooner than text does (`results/gqa_pilot`, pilot 6).
+    pub fn random_copy(&mut self, len: usize, tok: &Tok) -> SpanExample {
+        let vocab = tok.vocab_size() as u64;
+        let tokens: Vec<u32> = (0..len)
+            .map(|_| {
+                loop {
+                    let id = self.rng.below(vocab) as u32;
+                    if !tok.is_special(id) {
+                        break id;
+                    }
+                }
+            })
+            .collect();
+        self.apply_objective(&tokens, tok, PretrainObjective::Reconstruct)
+    }
+
     pub fn apply(&mut self, tokens: &[u32], tok: &Tok) -> SpanExample {
         let mask = self.noise_mask(tokens.len());
         let (mut inputs, mut targets) = (Vec::new(), Vec::new());

@@ -364,3 +364,41 @@ fn objective_target_lengths_are_what_the_corruption_writes() {
         );
     }
 }
+
+#[test]
+fn random_copy_examples_are_non_special_tokens_copied_whole() {
+    let tok = Tok::bytes();
+    let (raw_len, _) = t5_span_lengths(128, 0.15, 3.0);
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 0..5 {
+        let mut corruption = SpanCorruption::new(seed);
+        let ex = corruption.random_copy(raw_len, &tok);
+        let (drawn, eos) = ex.targets.split_at(raw_len);
+        assert_eq!(eos, [tok.eos_id()], "the target ends with EOS");
+        assert!(
+            drawn.iter().all(|&t| !tok.is_special(t)),
+            "no pad, EOS or sentinel drawn"
+        );
+        seen.extend(drawn.iter().copied());
+        // The same length as a text window's reconstruction, and the inputs are the drawn
+        // sequence corrupted: its kept tokens in order, one sentinel per noise span.
+        assert_eq!(
+            ex.targets.len(),
+            PretrainObjective::Reconstruct.target_length(128)
+        );
+        let kept: Vec<u32> = ex
+            .inputs
+            .iter()
+            .copied()
+            .filter(|&t| !tok.is_special(t))
+            .collect();
+        let mut rest = drawn.iter();
+        assert!(
+            kept.iter().all(|k| rest.any(|d| d == k)),
+            "kept tokens are a subsequence"
+        );
+        assert!(kept.len() < raw_len && kept.len() > raw_len / 2);
+    }
+    // Uniform over the non-special ids: 5 × 142 draws from 256 ids cover most of them.
+    assert!(seen.len() > 200, "{} distinct ids", seen.len());
+}

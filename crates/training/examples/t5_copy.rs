@@ -1,9 +1,10 @@
 //! Can our T5 learn to copy its input? A pilot diagnostic for the GQA quality issue (17): a small
 //! T5.1.1 trained from scratch on random token sequences whose target is the input itself, with the
-//! GQA cpu configs' optimizer (Adafactor, absolute step) or AdamW. Prints the training loss and the
+//! GQA cpu configs' optimizer (Adafactor, absolute step), T5's Adafactor (update scaled by the
+//! parameter's RMS) or AdamW. Prints the training loss and the
 //! exact-copy accuracy of teacher-forced argmax every `EVERY` steps.
 //!
-//! `cargo run --release -p training --example t5_copy -- [adafactor|adamw] [LR] [STEPS] [D_MODEL]`
+//! `cargo run --release -p training --example t5_copy -- [adafactor|adafactor_t5|adamw] [LR] [STEPS] [D_MODEL]`
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::Distribution;
@@ -27,7 +28,12 @@ fn main() {
     let mut model = cfg.init(&dev);
     let optim_cfg = match opt {
         "adamw" => OptimizerConfig::adamw(),
-        _ => OptimizerConfig::adafactor(),
+        "adafactor_t5" => OptimizerConfig::adafactor_t5(),
+        "adafactor" => OptimizerConfig::adafactor(),
+        other => {
+            eprintln!("error: unknown optimizer `{other}`: use adafactor, adafactor_t5 or adamw");
+            std::process::exit(2);
+        }
     };
     let mut optim = optim_cfg.init(None);
     for step in 1..=steps {

@@ -92,6 +92,12 @@ pub struct SpanCorruptionTask {
     corruption: SpanCorruption,
     /// What the targets are (T5's span corruption, or the whole window).
     objective: PretrainObjective,
+    /// Fraction of training windows replaced by a random-token copying example
+    /// ([`SpanCorruption::random_copy`]); 0 (the default) draws nothing, so runs without it are
+    /// unchanged. The held-out windows are always text.
+    random_copy: f64,
+    /// Tokens of one raw window (before corruption).
+    raw: usize,
     batch: usize,
     /// Held-out windows corrupted once with their own seed: every evaluation sees the same noise.
     eval: Vec<SpanExample>,
@@ -128,9 +134,18 @@ impl SpanCorruptionTask {
             stream: WindowStream::new(spec, train_files, tok, raw)?,
             corruption,
             objective,
+            random_copy: 0.0,
+            raw,
             batch,
             eval,
         })
+    }
+
+    /// Replaces this fraction of the training windows (drawn per window) by random-token copying
+    /// examples of the same length.
+    pub fn with_random_copy(mut self, fraction: f64) -> Self {
+        self.random_copy = fraction;
+        self
     }
 
     /// Target length of one corrupted window (sentinels, noise tokens and EOS).
@@ -145,6 +160,11 @@ impl Task<T5Model> for SpanCorruptionTask {
     fn train_loss(&mut self, model: &T5Model, device: &Device) -> Result<(Tensor<1>, usize)> {
         let examples: Vec<SpanExample> = (0..self.batch)
             .map(|_| {
+                // Drawn only when asked for, so runs without copying see the same noise as before.
+                if self.random_copy > 0.0 && self.corruption.rng.next_f64() < self.random_copy {
+                    let tok = self.stream.tokenizer();
+                    return Ok(self.corruption.random_copy(self.raw, tok));
+                }
                 let w = self.stream.next_window()?;
                 let tok = self.stream.tokenizer();
                 Ok(self.corruption.apply_objective(&w, tok, self.objective))
