@@ -4,7 +4,7 @@
 //! parameter's RMS) or AdamW. Prints the training loss and the
 //! exact-copy accuracy of teacher-forced argmax every `EVERY` steps.
 //!
-//! `cargo run --release -p training --example t5_copy -- [adafactor|adafactor_t5|adamw] [LR] [STEPS] [D_MODEL]`
+//! `cargo run --release -p training --example t5_copy -- [adafactor|adafactor_t5|adamw] [LR] [STEPS] [D_MODEL] [LENGTH]`
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::Distribution;
@@ -17,10 +17,11 @@ fn main() {
     let lr: f64 = args.get(1).map_or(1e-3, |s| s.parse().expect("LR"));
     let steps: usize = args.get(2).map_or(600, |s| s.parse().expect("STEPS"));
     let d: usize = args.get(3).map_or(128, |s| s.parse().expect("D_MODEL"));
+    let len: usize = args.get(4).map_or(16, |s| s.parse().expect("LENGTH"));
     model::runtime::configure();
     let dev = Device::flex().autodiff();
     dev.seed(0);
-    let (vocab, len, batch) = (256usize, 16usize, 32usize);
+    let (vocab, batch) = (256usize, 32usize);
     // d_model, d_ff, heads, encoder layers, decoder layers, K/V heads.
     let cfg = T5Config::new(d, 2 * d, 8, 2, 2, 8)
         .with_d_kv(d / 8)
