@@ -216,9 +216,10 @@ pub struct PipelineConfig {
     #[serde(default)]
     pub pretrain_objective: PretrainObjective,
     /// Fraction of pre-training and uptraining windows replaced by random-token copying examples
-    /// (a curriculum for small models, not the paper's: T5's checkpoints copy already; a small
-    /// T5 learns it from random tokens in a few hundred steps and from text not within a cpu
-    /// budget, `results/gqa_pilot` pilot 6). 0, the default, is T5's data.
+    /// of a window's length (a curriculum for small models, not the paper's: T5's checkpoints copy
+    /// already; a small T5 learns to copy 16–32 random tokens in a few hundred steps, text and
+    /// 145 random tokens not within 1500, `results/gqa_pilot` pilot 6). 0, the default, is T5's
+    /// data.
     #[serde(default)]
     pub pretrain_random_copy: f64,
     /// Fine-tuning examples held in the shuffle buffer, drawn at random with `seed` (1: the files'

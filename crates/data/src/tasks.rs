@@ -268,8 +268,9 @@ impl SpanCorruption {
 
     /// A synthetic copying example: `len` ids drawn uniformly from the non-special ids, corrupted
     /// like a window, with the whole drawn sequence as the target (the reconstruction target
-    /// whatever the run's objective). Random tokens give every position a unique anchor, so they
-    /// teach a small T5 to copy far sooner than text does (`results/gqa_pilot`, pilot 6).
+    /// whatever the run's objective). Random tokens give every position a unique anchor: a small T5
+    /// learns to copy 16–32 of them in a few hundred steps, sooner than it learns from text, but
+    /// not 145 within 1500 steps (`results/gqa_pilot`, pilot 6).
     pub fn random_copy(&mut self, len: usize, tok: &Tok) -> SpanExample {
         let vocab = tok.vocab_size() as u64;
         let tokens: Vec<u32> = (0..len)

@@ -53,6 +53,11 @@ impl WindowStream {
         })
     }
 
+    /// Tokens per window.
+    pub fn window(&self) -> usize {
+        self.window
+    }
+
     /// The first `n` windows of `files` (fewer if the split is shorter; an error if it holds none).
     pub fn first_windows(
         spec: &'static DatasetSpec,

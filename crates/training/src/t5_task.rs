@@ -96,8 +96,6 @@ pub struct SpanCorruptionTask {
     /// ([`SpanCorruption::random_copy`]); 0 (the default) draws nothing, so runs without it are
     /// unchanged. The held-out windows are always text.
     random_copy: f64,
-    /// Tokens of one raw window (before corruption).
-    raw: usize,
     batch: usize,
     /// Held-out windows corrupted once with their own seed: every evaluation sees the same noise.
     eval: Vec<SpanExample>,
@@ -135,7 +133,6 @@ impl SpanCorruptionTask {
             corruption,
             objective,
             random_copy: 0.0,
-            raw,
             batch,
             eval,
         })
@@ -162,8 +159,8 @@ impl Task<T5Model> for SpanCorruptionTask {
             .map(|_| {
                 // Drawn only when asked for, so runs without copying see the same noise as before.
                 if self.random_copy > 0.0 && self.corruption.rng.next_f64() < self.random_copy {
-                    let tok = self.stream.tokenizer();
-                    return Ok(self.corruption.random_copy(self.raw, tok));
+                    let (len, tok) = (self.stream.window(), self.stream.tokenizer());
+                    return Ok(self.corruption.random_copy(len, tok));
                 }
                 let w = self.stream.next_window()?;
                 let tok = self.stream.tokenizer();
