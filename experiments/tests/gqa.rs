@@ -270,6 +270,30 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
 }
 
 #[test]
+fn gqa_pipeline_refuses_a_copy_warmup_without_length() {
+    use experiments::gqa_pipeline;
+    let out = std::env::temp_dir().join(format!("gqa-copy-warmup-{}", std::process::id()));
+    // The cpu config: it has the `[copy_warmup]` table that `--set` edits.
+    for set in [
+        "copy_warmup.length=0",
+        "copy_warmup.batch=0",
+        "copy_warmup.lr=0.0",
+    ] {
+        let args = ["--set", "copy_warmup.steps=10", "--set", set];
+        let err = gqa_pipeline::run(cli("gqa_table1", &out, &args), &|_| {
+            include_str!("../configs/gqa_table1/cpu.toml")
+        })
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("must be positive when steps is 10"),
+            "{set}: {err:#}"
+        );
+        assert!(!out.join("scores.csv").exists(), "nothing written");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
 fn gqa_pipeline_refuses_a_random_copy_fraction_outside_0_1() {
     use experiments::gqa_pipeline;
     let out = std::env::temp_dir().join(format!("gqa-random-copy-{}", std::process::id()));

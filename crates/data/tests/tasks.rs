@@ -9,7 +9,7 @@ use data::registry::{self, Split};
 use data::source::{ExampleStream, SourceOptions, split_files};
 use data::tasks::{
     BertMasking, NO_LOSS, PackState, Packer, PretrainObjective, Seq2SeqTask, SpanCorruption,
-    t5_span_lengths,
+    random_copy_example, t5_span_lengths,
 };
 use data::tokenize::Tok;
 
@@ -401,4 +401,27 @@ fn random_copy_examples_are_non_special_tokens_copied_whole() {
     }
     // Uniform over the non-special ids: 5 × 142 draws from 256 ids cover most of them.
     assert!(seen.len() > 200, "{} distinct ids", seen.len());
+}
+
+#[test]
+fn copy_warmup_examples_are_their_own_targets_with_eos() {
+    let tok = Tok::bytes();
+    let mut rng = data::rng::SplitMix64::new(3);
+    let mut rows = Vec::new();
+    for len in [1, 16, 32] {
+        let ex = random_copy_example(&mut rng, len, &tok);
+        assert_eq!(
+            ex.inputs, ex.targets,
+            "len {len}: input = target (no corruption)"
+        );
+        assert_eq!(ex.inputs.len(), len + 1, "len {len}: the drawn ids and EOS");
+        assert_eq!(ex.inputs.last(), Some(&tok.eos_id()));
+        assert!(ex.inputs[..len].iter().all(|&t| !tok.is_special(t)));
+        rows.push(ex.inputs);
+    }
+    // Successive draws differ (the rng advances), and the same seed repeats them.
+    assert_ne!(rows[1][..16], rows[2][..16]);
+    let mut again = data::rng::SplitMix64::new(3);
+    let _ = random_copy_example(&mut again, 1, &tok);
+    assert_eq!(random_copy_example(&mut again, 16, &tok).inputs, rows[1]);
 }

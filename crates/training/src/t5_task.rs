@@ -12,7 +12,8 @@ use data::registry::DatasetSpec;
 use data::rng::SplitMix64;
 use data::source::{ExampleStream, StreamPosition};
 use data::tasks::{
-    PretrainObjective, Seq2SeqExample, Seq2SeqTask, SpanCorruption, SpanExample, t5_span_lengths,
+    PretrainObjective, Seq2SeqExample, Seq2SeqTask, SpanCorruption, SpanExample,
+    random_copy_example, t5_span_lengths,
 };
 use data::tokenize::Tok;
 use model::t5::{Stop, T5Model};
@@ -184,6 +185,61 @@ impl Task<T5Model> for SpanCorruptionTask {
     fn restore(&mut self, state: SpanState) -> Result<()> {
         self.corruption.rng = state.rng;
         self.stream.restore(state.stream)
+    }
+}
+
+/// Copying random tokens ([`random_copy_example`]): a warm-up before pre-training in which a small
+/// T5 learns the circuit that copying needs (T5 has relative position biases only, none in
+/// cross-attention, so the decoder must find the input position after the one it just wrote by
+/// content). Not T5's recipe; `results/gqa_pilot`, pilots 6 and 7.
+pub struct RandomCopyTask {
+    tok: Tok,
+    rng: SplitMix64,
+    length: usize,
+    batch: usize,
+    /// Held-out sequences drawn once with their own seed.
+    eval: Vec<SpanExample>,
+}
+
+impl RandomCopyTask {
+    /// Batches of `batch` sequences of `length` random non-special ids (EOS added), and
+    /// `eval_examples` held-out ones.
+    pub fn new(tok: Tok, (length, batch): (usize, usize), eval_examples: usize, seed: u64) -> Self {
+        let mut eval_rng = SplitMix64::new(seed ^ EVAL_NOISE_SEED);
+        let eval = (0..eval_examples)
+            .map(|_| random_copy_example(&mut eval_rng, length, &tok))
+            .collect();
+        Self {
+            tok,
+            rng: SplitMix64::new(seed),
+            length,
+            batch,
+            eval,
+        }
+    }
+}
+
+impl Task<T5Model> for RandomCopyTask {
+    type State = SplitMix64;
+
+    fn train_loss(&mut self, model: &T5Model, device: &Device) -> Result<(Tensor<1>, usize)> {
+        let examples: Vec<SpanExample> = (0..self.batch)
+            .map(|_| random_copy_example(&mut self.rng, self.length, &self.tok))
+            .collect();
+        Ok(seq2seq_loss(model, &examples, device))
+    }
+
+    fn eval_loss(&mut self, model: &T5Model, device: &Device) -> Result<f64> {
+        Ok(eval_seq2seq(model, &self.eval, self.batch, device))
+    }
+
+    fn state(&self) -> SplitMix64 {
+        self.rng
+    }
+
+    fn restore(&mut self, state: SplitMix64) -> Result<()> {
+        self.rng = state;
+        Ok(())
     }
 }
 
