@@ -878,7 +878,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
 
     // The model pre-training starts from: random weights, or those after the copy warm-up (and the
     // warm-up stage's record for the pre-training stage's lineage).
-    let copy_warmup_stage = |config: &PipelineConfig, size: &str, t5: &T5Config| {
+    let copy_warmup_stage = |size: &str, t5: &T5Config| {
         device.seed(config.seed);
         let init = t5.init(&device);
         let warmup = &config.copy_warmup;
@@ -921,7 +921,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             pretrained.insert(m.size.clone(), (t5, model, origin));
             continue;
         }
-        let (init, copy_warmup) = copy_warmup_stage(&config, &m.size, &t5)?;
+        let (init, copy_warmup) = copy_warmup_stage(&m.size, &t5)?;
         let (stage, mut task) = span_stage(
             format!("pretrain-{}", m.size),
             format!("pretrain {}", m.size),

@@ -269,9 +269,22 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
+/// gqa_table1 with `config` as its built-in profile and `args` fails with an error containing
+/// `expect`, before writing any result.
+fn assert_pipeline_refuses(
+    out: &std::path::Path,
+    args: &[&str],
+    config: &'static str,
+    expect: &str,
+) {
+    let err =
+        experiments::gqa_pipeline::run(cli("gqa_table1", out, args), &|_| config).unwrap_err();
+    assert!(format!("{err:#}").contains(expect), "{args:?}: {err:#}");
+    assert!(!out.join("scores.csv").exists(), "nothing written");
+}
+
 #[test]
 fn gqa_pipeline_refuses_a_copy_warmup_without_length() {
-    use experiments::gqa_pipeline;
     let out = std::env::temp_dir().join(format!("gqa-copy-warmup-{}", std::process::id()));
     // The cpu config: it has the `[copy_warmup]` table that `--set` edits.
     for set in [
@@ -280,37 +293,22 @@ fn gqa_pipeline_refuses_a_copy_warmup_without_length() {
         "copy_warmup.lr=0.0",
     ] {
         let args = ["--set", "copy_warmup.steps=10", "--set", set];
-        let err = gqa_pipeline::run(cli("gqa_table1", &out, &args), &|_| {
-            include_str!("../configs/gqa_table1/cpu.toml")
-        })
-        .unwrap_err();
-        assert!(
-            format!("{err:#}").contains("must be positive when steps is 10"),
-            "{set}: {err:#}"
-        );
-        assert!(!out.join("scores.csv").exists(), "nothing written");
+        let cpu = include_str!("../configs/gqa_table1/cpu.toml");
+        assert_pipeline_refuses(&out, &args, cpu, "must be positive when steps is 10");
     }
     let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
 fn gqa_pipeline_refuses_a_random_copy_fraction_outside_0_1() {
-    use experiments::gqa_pipeline;
     let out = std::env::temp_dir().join(format!("gqa-random-copy-{}", std::process::id()));
     for bad in ["1.0", "-0.1"] {
         let set = format!("pretrain_random_copy={bad}");
-        let err = gqa_pipeline::run(cli("gqa_table1", &out, &["--set", &set]), &|_| {
-            concat!(
-                "pretrain_random_copy = 0.0\n",
-                include_str!("../configs/gqa_table1/smoke.toml")
-            )
-        })
-        .unwrap_err();
-        assert!(
-            format!("{err:#}").contains("must be in [0, 1)"),
-            "{bad}: {err:#}"
+        let smoke = concat!(
+            "pretrain_random_copy = 0.0\n",
+            include_str!("../configs/gqa_table1/smoke.toml")
         );
-        assert!(!out.join("scores.csv").exists(), "nothing written");
+        assert_pipeline_refuses(&out, &["--set", &set], smoke, "must be in [0, 1)");
     }
     let _ = std::fs::remove_dir_all(&out);
 }
