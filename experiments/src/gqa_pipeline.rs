@@ -35,6 +35,7 @@ use training::write_atomic;
 
 use crate::Cli;
 use crate::run_store;
+use crate::verdict::Spread;
 
 /// A T5.1.1 shape (the paper's Large and XXL, shrunk at the smaller scales).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -199,8 +200,15 @@ pub struct PipelineConfig {
     pub score_examples: usize,
     /// Examples decoded together (the paper: up to 32 per chip).
     pub inference_batch: usize,
-    /// Seed of weights, data order and noise.
+    /// Seed of pre-training (the copy warm-up's and pre-training's weights, data order and noise).
     pub seed: u64,
+    /// Seeds of the replicates: each converts, uptrains, fine-tunes and scores every model again
+    /// with its own seed (the random conversion's draws, data order, dropout), all from the same
+    /// pre-trained models, as the paper's experiments all start from one public checkpoint per
+    /// size. Empty (the default): one replicate, with `seed`. A replicate whose seed is not `seed`
+    /// adds `-s<seed>` to its stage names.
+    #[serde(default)]
+    pub seeds: Vec<u64>,
     /// Directory of the stage runs; empty: `<out>/stages`. Experiments naming the same directory
     /// share every stage they have in common (each stage records its whole lineage and is reused
     /// only when that matches): the cpu configs of gqa_table1 / fig4 / fig5 share
@@ -333,14 +341,33 @@ pub enum UptrainSchedule {
 impl PipelineConfig {
     /// How `steps` of uptraining train: the pre-training stage's optimizer and schedule, continued
     /// from step `pretrain.steps` or restarted ([`UptrainSchedule`]).
-    pub fn uptrain(&self, steps: usize) -> TrainConfig {
-        let mut train = self.pretrain.train(steps, self.seed);
+    pub fn uptrain(&self, steps: usize, seed: u64) -> TrainConfig {
+        let mut train = self.pretrain.train(steps, seed);
         if self.uptrain_schedule == UptrainSchedule::Continue {
             // A continued schedule has long finished its warm-up.
             train.schedule.warmup_steps = self.pretrain.warmup_steps;
             train.schedule.start_step = self.pretrain.steps;
         }
         train
+    }
+
+    /// The replicates' seeds ([`PipelineConfig::seeds`], or `seed` alone).
+    pub fn replicate_seeds(&self) -> Vec<u64> {
+        if self.seeds.is_empty() {
+            vec![self.seed]
+        } else {
+            self.seeds.clone()
+        }
+    }
+
+    /// What a replicate adds to its stages' names: nothing for the pre-training seed (so the
+    /// stages of single-seed runs keep their names), `-s<seed>` otherwise.
+    fn replicate_suffix(&self, seed: u64) -> String {
+        if seed == self.seed {
+            String::new()
+        } else {
+            format!("-s{seed}")
+        }
     }
 
     fn t5(&self, size: &str, dropout: f64) -> Result<T5Config> {
@@ -390,6 +417,15 @@ impl PipelineConfig {
                 w.steps
             );
         }
+        let mut seeds = self.seeds.clone();
+        seeds.sort_unstable();
+        seeds.dedup();
+        if seeds.len() != self.seeds.len() {
+            bail!(
+                "seeds {:?} repeats a seed: each replicate needs its own",
+                self.seeds
+            );
+        }
         if !(0.0..1.0).contains(&self.pretrain_random_copy) {
             bail!(
                 "pretrain_random_copy {} must be in [0, 1): the fraction of pre-training windows replaced by random-token copying",
@@ -409,6 +445,10 @@ pub struct ScoreRow {
     pub kv_heads: usize,
     pub conversion: String,
     pub alpha: f64,
+    /// The replicate's seed (conversion, uptraining, fine-tuning); absent from files written
+    /// before replicates existed, which had one, with the pre-training seed 0.
+    #[serde(default)]
+    pub seed: u64,
     pub task: String,
     pub metric: String,
     /// The task's score ×100.
@@ -555,10 +595,26 @@ impl Stage<'_> {
     fn run<T: Task<T5Model>>(&self, init: T5Model, task: &mut T) -> Result<T5Model> {
         run_store::claim(&self.dir, &self.record())?;
         let final_dir = self.dir.join("model");
-        if final_dir.join("model.safetensors").exists() {
-            let (_, model) = t5_hf::load(&final_dir, self.device).map_err(|e| anyhow!(e))?;
-            return Ok(model);
+        let finished = || final_dir.join("model.safetensors").exists();
+        if !finished() {
+            // Another experiment sharing this stage directory may be training the stage now:
+            // wait for it, then reuse what it trained.
+            let _lock = run_store::lock_training(&self.dir, std::time::Duration::from_secs(10))?;
+            if !finished() {
+                return self.train(init, task, &final_dir);
+            }
         }
+        let (_, model) = t5_hf::load(&final_dir, self.device).map_err(|e| anyhow!(e))?;
+        Ok(model)
+    }
+
+    /// Trains the stage (resuming its checkpoint) and saves the final model in `final_dir`.
+    fn train<T: Task<T5Model>>(
+        &self,
+        init: T5Model,
+        task: &mut T,
+        final_dir: &Path,
+    ) -> Result<T5Model> {
         let opts = RunOptions {
             stop: self.stop.clone(),
             flops_per_step: self.flops_per_step,
@@ -573,7 +629,7 @@ impl Stage<'_> {
             );
         }
         let model = outcome.model;
-        t5_hf::save(&model, &self.config, &final_dir).map_err(|e| anyhow!(e))?;
+        t5_hf::save(&model, &self.config, final_dir).map_err(|e| anyhow!(e))?;
         Ok(model)
     }
 
@@ -702,7 +758,7 @@ fn dry_run_pipeline(
     let span_targets = config.pretrain_objective.target_length(config.input_length);
     // (plan, model, train config, input and target lengths)
     let mut stages: Vec<(RunPlan, T5Config, TrainConfig, (usize, usize))> = Vec::new();
-    let mut plan = |label: String,
+    let mut plan = |(label, runs): (String, usize),
                     t5: T5Config,
                     (stage, train): (&StageConfig, TrainConfig),
                     (s, t): (usize, usize),
@@ -711,7 +767,7 @@ fn dry_run_pipeline(
         stages.push((
             RunPlan {
                 label,
-                runs: 1,
+                runs,
                 params,
                 tokens_per_step: stage.batch * (s + t),
                 steps: train.steps,
@@ -731,6 +787,8 @@ fn dry_run_pipeline(
         ));
     };
     let span = (config.input_length, span_targets);
+    // Uptraining and fine-tuning run once per replicate.
+    let replicates = config.replicate_seeds().len();
     let mut sizes_done = Vec::new();
     for m in &config.models {
         let t5 = config
@@ -744,7 +802,7 @@ fn dry_run_pipeline(
                 let train = warmup.train(&config.pretrain, config.seed);
                 let len = warmup.length + 1;
                 plan(
-                    format!("copy warm-up {}", m.size),
+                    (format!("copy warm-up {}", m.size), 1),
                     t5.clone(),
                     (&stage, train),
                     (len, len),
@@ -753,7 +811,7 @@ fn dry_run_pipeline(
             }
             let train = config.pretrain.train(config.pretrain.steps, config.seed);
             plan(
-                format!("pretrain {}", m.size),
+                (format!("pretrain {}", m.size), 1),
                 t5.clone(),
                 (&config.pretrain, train),
                 span,
@@ -767,9 +825,9 @@ fn dry_run_pipeline(
         let steps = (m.alpha * config.pretrain.steps as f64).round() as usize;
         if m.kv_heads.is_some() && steps > 0 {
             plan(
-                format!("uptrain {}", m.name),
+                (format!("uptrain {}", m.name), replicates),
                 t5.clone(),
-                (&config.pretrain, config.uptrain(steps)),
+                (&config.pretrain, config.uptrain(steps, config.seed)),
                 span,
                 false,
             );
@@ -777,7 +835,7 @@ fn dry_run_pipeline(
         for task in &config.tasks {
             let train = config.finetune.train(config.finetune.steps, config.seed);
             plan(
-                format!("finetune {} on {}", m.name, task.name),
+                (format!("finetune {} on {}", m.name, task.name), replicates),
                 t5.clone().with_dropout(config.finetune.dropout),
                 (&config.finetune, train),
                 (task.input_length, task.target_length),
@@ -941,63 +999,69 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     // Every model's held-out span-corruption loss on uptraining's held-out windows (the same
     // windows and noise for all): the multi-head model's, and a converted one's right after
     // conversion (α = 0) and after uptraining.
-    let mut held_out = SpanCorruptionTask::new(
+    let held_out = std::cell::RefCell::new(SpanCorruptionTask::new(
         sources.data(&config.corpus)?,
         config.pretrain.batch,
         config.input_length,
         config.pretrain.eval_size,
         (config.seed.wrapping_add(1), config.pretrain_objective),
-    )?;
-    let mut models: Vec<(&ModelSpec, T5Config, T5Model, serde_json::Value, SpanLosses)> =
-        Vec::new();
-    for m in &config.models {
-        let (t5, base, origin) = pretrained[&m.size].clone();
-        let base = base.with_dropout(config.pretrain.dropout);
-        let Some(groups) = m.kv_heads else {
-            let losses = SpanLosses {
-                converted: None,
-                start: held_out.eval_loss(&base, &device)?,
+    )?);
+    // The conversions and uptrainings of one replicate (seed `seed`).
+    let convert_and_uptrain = |seed: u64| {
+        let suffix = config.replicate_suffix(seed);
+        let mut models: Vec<(&ModelSpec, T5Config, T5Model, serde_json::Value, SpanLosses)> =
+            Vec::new();
+        for m in &config.models {
+            let (t5, base, origin) = pretrained[&m.size].clone();
+            let base = base.with_dropout(config.pretrain.dropout);
+            let Some(groups) = m.kv_heads else {
+                let losses = SpanLosses {
+                    converted: None,
+                    start: held_out.borrow_mut().eval_loss(&base, &device)?,
+                };
+                models.push((m, t5, base, origin, losses));
+                continue;
             };
-            models.push((m, t5, base, origin, losses));
-            continue;
-        };
-        device.seed(config.seed);
-        let converted = convert_kv_heads(base, groups, m.conversion()?).map_err(|e| anyhow!(e))?;
-        let at_conversion = held_out.eval_loss(&converted, &device)?;
-        eprintln!(
-            "{}: held-out span loss right after conversion {at_conversion:.4}",
-            m.name
-        );
-        let t5 = t5.with_n_kv_heads(groups);
-        let origin = serde_json::json!({
-            "from": origin,
-            "conversion": m.conversion,
-            "kv_heads": groups,
-            "seed": config.seed,
-        });
-        let steps = (m.alpha * config.pretrain.steps as f64).round() as usize;
-        if steps == 0 {
+            device.seed(seed);
+            let converted =
+                convert_kv_heads(base, groups, m.conversion()?).map_err(|e| anyhow!(e))?;
+            let at_conversion = held_out.borrow_mut().eval_loss(&converted, &device)?;
+            eprintln!(
+                "{} (seed {seed}): held-out span loss right after conversion {at_conversion:.4}",
+                m.name
+            );
+            let t5 = t5.with_n_kv_heads(groups);
+            let origin = serde_json::json!({
+                "from": origin,
+                "conversion": m.conversion,
+                "kv_heads": groups,
+                "seed": seed,
+            });
+            let steps = (m.alpha * config.pretrain.steps as f64).round() as usize;
+            if steps == 0 {
+                let losses = SpanLosses {
+                    converted: Some(at_conversion),
+                    start: at_conversion,
+                };
+                models.push((m, t5, converted, origin, losses));
+                continue;
+            }
+            let (stage, mut task) = span_stage(
+                format!("uptrain-{}{suffix}", model_key(m)),
+                format!("uptrain {} (seed {seed})", m.name),
+                origin,
+                (config.uptrain(steps, seed), seed.wrapping_add(1)),
+                &t5,
+            )?;
+            let model = stage.run(converted, &mut task)?;
             let losses = SpanLosses {
                 converted: Some(at_conversion),
-                start: at_conversion,
+                start: held_out.borrow_mut().eval_loss(&model, &device)?,
             };
-            models.push((m, t5, converted, origin, losses));
-            continue;
+            models.push((m, t5, model, stage.record(), losses));
         }
-        let (stage, mut task) = span_stage(
-            format!("uptrain-{}", model_key(m)),
-            format!("uptrain {}", m.name),
-            origin,
-            (config.uptrain(steps), config.seed.wrapping_add(1)),
-            &t5,
-        )?;
-        let model = stage.run(converted, &mut task)?;
-        let losses = SpanLosses {
-            converted: Some(at_conversion),
-            start: held_out.eval_loss(&model, &device)?,
-        };
-        models.push((m, t5, model, stage.record(), losses));
-    }
+        anyhow::Ok(models)
+    };
 
     // The trivial baselines of every task, on the examples the models are scored on.
     let mut baselines = Vec::new();
@@ -1024,106 +1088,115 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     // Fine-tuning, decoding, scoring and timing: every model on every task.
     let inference = device.clone().without_autodiff();
     let mut rows: Vec<ScoreRow> = Vec::new();
-    for (m, t5, model, origin, losses) in &models {
-        for task_config in &config.tasks {
-            let format = Seq2SeqTask {
-                input_length: task_config.input_length,
-                target_length: task_config.target_length,
-            };
-            let t5_ft = t5.clone().with_dropout(config.finetune.dropout);
-            let dir = stages.join(format!("finetune-{}-{}", model_key(m), task_config.name));
-            let stage = Stage {
-                label: format!("finetune {} on {}", m.name, task_config.name),
-                origin: serde_json::json!({
-                    "from": origin, "task": task_config, "shuffle_buffer": config.shuffle_buffer,
-                }),
-                train: config.finetune.train(config.finetune.steps, config.seed),
-                flops_per_step: t5_ft.train_flops(
-                    config.finetune.batch,
-                    task_config.input_length,
+    for seed in config.replicate_seeds() {
+        let suffix = config.replicate_suffix(seed);
+        let models = convert_and_uptrain(seed)?;
+        for (m, t5, model, origin, losses) in &models {
+            for task_config in &config.tasks {
+                let format = Seq2SeqTask {
+                    input_length: task_config.input_length,
+                    target_length: task_config.target_length,
+                };
+                let t5_ft = t5.clone().with_dropout(config.finetune.dropout);
+                let dir = stages.join(format!(
+                    "finetune-{}-{}{suffix}",
+                    model_key(m),
+                    task_config.name
+                ));
+                let stage = Stage {
+                    label: format!("finetune {} on {} (seed {seed})", m.name, task_config.name),
+                    origin: serde_json::json!({
+                        "from": origin, "task": task_config, "shuffle_buffer": config.shuffle_buffer,
+                    }),
+                    train: config.finetune.train(config.finetune.steps, seed),
+                    flops_per_step: t5_ft.train_flops(
+                        config.finetune.batch,
+                        task_config.input_length,
+                        task_config.target_length,
+                    ),
+                    config: t5_ft.clone(),
+                    dir,
+                    device: &device,
+                    stop: &stop,
+                };
+                let data = sources.data(&task_config.dataset)?;
+                let examples = first_examples(
+                    data.spec,
+                    data.eval_files.clone(),
+                    &data.tok,
+                    format,
+                    config.score_examples,
+                )?;
+                let shuffle = data::epochs::Shuffle {
+                    buffer: config.shuffle_buffer,
+                    seed,
+                };
+                let mut task = FineTuneTask::new(
+                    data,
+                    format,
+                    (config.finetune.batch, config.finetune.eval_size),
+                    shuffle,
+                )?;
+                let tuned = stage.run(
+                    model.clone().with_dropout(config.finetune.dropout),
+                    &mut task,
+                )?;
+                let eval_loss = task.eval_loss(&tuned.valid(), &device)?;
+                let tuned = tuned.valid().to_device(&inference);
+                let predictions = generate(
+                    &tuned,
+                    &examples,
+                    config.inference_batch,
                     task_config.target_length,
-                ),
-                config: t5_ft.clone(),
-                dir,
-                device: &device,
-                stop: &stop,
-            };
-            let data = sources.data(&task_config.dataset)?;
-            let examples = first_examples(
-                data.spec,
-                data.eval_files.clone(),
-                &data.tok,
-                format,
-                config.score_examples,
-            )?;
-            let shuffle = data::epochs::Shuffle {
-                buffer: config.shuffle_buffer,
-                seed: config.seed,
-            };
-            let mut task = FineTuneTask::new(
-                data,
-                format,
-                (config.finetune.batch, config.finetune.eval_size),
-                shuffle,
-            )?;
-            let tuned = stage.run(
-                model.clone().with_dropout(config.finetune.dropout),
-                &mut task,
-            )?;
-            let eval_loss = task.eval_loss(&tuned.valid(), &device)?;
-            let tuned = tuned.valid().to_device(&inference);
-            let predictions = generate(
-                &tuned,
-                &examples,
-                config.inference_batch,
-                task_config.target_length,
-                task.tokenizer(),
-                &inference,
-            )?;
-            let s_per_sample = time_per_sample(
-                &tuned,
-                &examples,
-                config.inference_batch,
-                task_config.target_length,
-                &inference,
-            );
-            let references: Vec<Vec<String>> =
-                examples.iter().map(|e| e.references.clone()).collect();
-            let value = score(task_config.metric, &predictions, &references);
-            let predictions_path = stage.dir.join("predictions.jsonl");
-            let lines: String = predictions
-                .iter()
-                .zip(&references)
-                .map(|(p, r)| {
-                    serde_json::json!({"prediction": p, "references": r}).to_string() + "\n"
-                })
-                .collect();
-            write_atomic(&predictions_path, lines.as_bytes())?;
-            eprintln!(
-                "{} on {}: {:?} {value:.2}, {s_per_sample:.4} s/sample",
-                m.name, task_config.name, task_config.metric
-            );
-            rows.push(ScoreRow {
-                model: m.name.clone(),
-                size: m.size.clone(),
-                kv_heads: t5.n_kv_heads,
-                conversion: if m.kv_heads.is_some() {
-                    m.conversion.clone()
-                } else {
-                    "-".into()
-                },
-                alpha: m.alpha,
-                task: task_config.name.clone(),
-                metric: format!("{:?}", task_config.metric).to_lowercase(),
-                score: value,
-                eval_loss,
-                s_per_sample,
-                span_loss_converted: losses.converted,
-                span_loss: Some(losses.start),
-                examples: examples.len(),
-                device: provenance.device.clone(),
-            });
-            write_scores(&cli.out, &rows)?;
+                    task.tokenizer(),
+                    &inference,
+                )?;
+                let s_per_sample = time_per_sample(
+                    &tuned,
+                    &examples,
+                    config.inference_batch,
+                    task_config.target_length,
+                    &inference,
+                );
+                let references: Vec<Vec<String>> =
+                    examples.iter().map(|e| e.references.clone()).collect();
+                let value = score(task_config.metric, &predictions, &references);
+                let predictions_path = stage.dir.join("predictions.jsonl");
+                let lines: String = predictions
+                    .iter()
+                    .zip(&references)
+                    .map(|(p, r)| {
+                        serde_json::json!({"prediction": p, "references": r}).to_string() + "\n"
+                    })
+                    .collect();
+                write_atomic(&predictions_path, lines.as_bytes())?;
+                eprintln!(
+                    "{} on {} (seed {seed}): {:?} {value:.2}, {s_per_sample:.4} s/sample",
+                    m.name, task_config.name, task_config.metric
+                );
+                rows.push(ScoreRow {
+                    model: m.name.clone(),
+                    size: m.size.clone(),
+                    kv_heads: t5.n_kv_heads,
+                    conversion: if m.kv_heads.is_some() {
+                        m.conversion.clone()
+                    } else {
+                        "-".into()
+                    },
+                    alpha: m.alpha,
+                    seed,
+                    task: task_config.name.clone(),
+                    metric: format!("{:?}", task_config.metric).to_lowercase(),
+                    score: value,
+                    eval_loss,
+                    s_per_sample,
+                    span_loss_converted: losses.converted,
+                    span_loss: Some(losses.start),
+                    examples: examples.len(),
+                    device: provenance.device.clone(),
+                });
+                write_scores(&cli.out, &rows)?;
+            }
         }
     }
     render(&cli.out)?;
@@ -1139,17 +1212,35 @@ fn write_scores(out: &Path, rows: &[ScoreRow]) -> Result<()> {
     write_atomic(&out.join("scores.csv"), &w.into_inner()?)
 }
 
+/// Reads `<dir>/scores.csv`.
+pub fn read_scores(dir: &Path) -> Result<Vec<ScoreRow>> {
+    let path = dir.join("scores.csv");
+    csv::Reader::from_path(&path)
+        .with_context(|| format!("cannot read {}: run the experiment first", path.display()))?
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("malformed {}", path.display()))
+}
+
+/// One model's average score over the tasks (the paper's "Average" column), per seed: `rows` are
+/// that model's rows.
+pub fn average_scores(rows: &[&ScoreRow]) -> BTreeMap<u64, f64> {
+    let mut by_seed: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    for r in rows {
+        by_seed.entry(r.seed).or_default().push(r.score);
+    }
+    by_seed
+        .into_iter()
+        .map(|(seed, xs)| (seed, xs.iter().sum::<f64>() / xs.len() as f64))
+        .collect()
+}
+
 /// Writes `table.md` (Table 1's layout: time per sample, average, one column per task),
 /// `score_vs_time.png/svg` (Figure 3: average score against time per sample) and
 /// `loss_vs_time.png/svg` (the fine-tuned held-out loss against time per sample: the finer measure
 /// when the scores are at their floor, as at cpu scale) from `scores.csv`.
 pub fn render(out: &Path) -> Result<()> {
-    let path = out.join("scores.csv");
-    let rows: Vec<ScoreRow> = csv::Reader::from_path(&path)
-        .with_context(|| format!("cannot read {}: run the experiment first", path.display()))?
-        .deserialize()
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("malformed {}", path.display()))?;
+    let rows = read_scores(out)?;
     let mut tasks: Vec<String> = Vec::new();
     let mut models: Vec<String> = Vec::new();
     for r in &rows {
@@ -1167,15 +1258,18 @@ pub fn render(out: &Path) -> Result<()> {
          the same size's T_infer over this one's; avg: mean of the task scores; loss: mean over the \
          tasks of the fine-tuned model's held-out token cross-entropy (teacher forced), the finer \
          measure of quality when scores are small; span α=0 / span: held-out span-corruption loss \
-         right after conversion / of the model fine-tuning starts from (after uptraining).\n\n",
+         right after conversion / of the model fine-tuning starts from (after uptraining). With \
+         several seeds (each converts, uptrains and fine-tunes again from the same pre-trained \
+         model), a cell is the mean over the seeds with their range in brackets.\n\n",
     );
     md += &format!(
-        "| model | K/V heads | conversion | α | span α=0 | span | T_infer (s) | speedup | avg | loss | {} |\n|{}\n",
+        "| model | K/V heads | conversion | α | seeds | span α=0 | span | T_infer (s) | speedup | avg | loss | {} |\n|{}\n",
         tasks.join(" | "),
-        "---|".repeat(10 + tasks.len())
+        "---|".repeat(11 + tasks.len())
     );
+    let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
     let t_infer =
-        |mine: &[&ScoreRow]| mine.iter().map(|r| r.s_per_sample).sum::<f64>() / mine.len() as f64;
+        |mine: &[&ScoreRow]| mean(&mine.iter().map(|r| r.s_per_sample).collect::<Vec<_>>());
     let (mut points, mut loss_points) = (Vec::new(), Vec::new());
     for m in &models {
         let mine: Vec<&ScoreRow> = rows.iter().filter(|r| &r.model == m).collect();
@@ -1191,29 +1285,45 @@ pub fn render(out: &Path) -> Result<()> {
         } else {
             format!("{:.2}×", t_infer(&mha) / t)
         };
-        let avg = mine.iter().map(|r| r.score).sum::<f64>() / mine.len() as f64;
-        let loss = mine.iter().map(|r| r.eval_loss).sum::<f64>() / mine.len() as f64;
+        let avg = average_scores(&mine);
+        let loss = mean(&mine.iter().map(|r| r.eval_loss).collect::<Vec<_>>());
         let cells: Vec<String> = tasks
             .iter()
             .map(|task| {
-                mine.iter()
-                    .find(|r| &r.task == task)
-                    .map_or("—".into(), |r| format!("{:.1}", r.score))
+                let scores: Vec<f64> = mine
+                    .iter()
+                    .filter(|r| &r.task == task)
+                    .map(|r| r.score)
+                    .collect();
+                if scores.is_empty() {
+                    "—".into()
+                } else {
+                    Spread::of(&scores).show(1)
+                }
             })
             .collect();
-        let span = |x: Option<f64>| x.map_or("—".into(), |x| format!("{x:.3}"));
+        let span = |x: fn(&ScoreRow) -> Option<f64>| {
+            let xs: Vec<f64> = mine.iter().filter_map(|r| x(r)).collect();
+            if xs.is_empty() {
+                "—".into()
+            } else {
+                Spread::of(&xs).show(3)
+            }
+        };
         md += &format!(
-            "| {m} | {} | {} | {} | {} | {} | {t:.4} | {speedup} | {avg:.1} | {loss:.3} | {} |\n",
+            "| {m} | {} | {} | {} | {} | {} | {} | {t:.4} | {speedup} | {} | {loss:.3} | {} |\n",
             first.kv_heads,
             first.conversion,
             first.alpha,
-            span(first.span_loss_converted),
-            span(first.span_loss),
+            avg.len(),
+            span(|r| r.span_loss_converted),
+            span(|r| r.span_loss),
+            Spread::of(&avg.values().copied().collect::<Vec<_>>()).show(1),
             cells.join(" | ")
         );
         points.push(Series {
             name: m.clone(),
-            points: vec![(t, avg)],
+            points: vec![(t, mean(&avg.values().copied().collect::<Vec<_>>()))],
         });
         loss_points.push(Series {
             name: m.clone(),
@@ -1286,7 +1396,7 @@ mod tests {
         assert_eq!(config.uptrain_schedule, UptrainSchedule::Continue);
         let s_pre = config.pretrain.steps;
         let steps = (0.05 * s_pre as f64) as usize;
-        let up = config.uptrain(steps);
+        let up = config.uptrain(steps, config.seed);
         let pre = config.pretrain.train(s_pre, config.seed);
         for s in [1, steps / 2, steps] {
             let want = pre.schedule.lr(s_pre + s, s_pre + steps);
@@ -1298,7 +1408,7 @@ mod tests {
             ..config
         };
         // T5's schedule holds its peak through the 10^4 warm-up steps: a restart jumps back to 0.01.
-        let first = restart.uptrain(steps).schedule.lr(1, steps);
+        let first = restart.uptrain(steps, restart.seed).schedule.lr(1, steps);
         assert!(
             (first - 0.01).abs() < 1e-12,
             "a restart starts at the peak: {first}"

@@ -7,6 +7,7 @@ pub mod configs;
 pub mod dry_run;
 pub mod gqa_decode;
 pub mod gqa_pipeline;
+pub mod gqa_quality;
 pub mod latency;
 pub mod lm_sweep;
 pub mod qa_finetune;

@@ -10,8 +10,9 @@
 //! trains, `checkpoint/` (not committed).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use training::write_atomic;
 
 /// FNV-1a, 64 bits: a stable hash of the canonical JSON text (serde_json writes object keys in
@@ -51,9 +52,112 @@ pub fn claim(dir: &Path, identity: &serde_json::Value) -> Result<()> {
     write_atomic(&path, serde_json::to_string_pretty(identity)?.as_bytes())
 }
 
+/// The right to train the run in a directory, held by one process at a time: `<dir>/training.lock`
+/// holds the holder's process id; dropping the guard removes it.
+pub struct TrainingLock {
+    path: PathBuf,
+}
+
+impl Drop for TrainingLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Whether process `pid` runs (Linux: `/proc/<pid>` exists; where there is no `/proc`, every
+/// holder counts as running, and a lock left behind is deleted by hand).
+fn process_runs(pid: u32) -> bool {
+    let proc = Path::new("/proc");
+    !proc.is_dir() || proc.join(pid.to_string()).exists()
+}
+
+/// Takes `dir`'s training lock, waiting (checking every `poll`) while a running process holds it,
+/// so that experiments sharing a stage directory can run at once: the second waits for the first
+/// to finish the shared stage and then reuses it. A lock whose holder has exited (killed, or the
+/// machine restarted) is taken over. The lock file appears with its content at once (written
+/// aside, then hard-linked into place, which fails when the name exists).
+pub fn lock_training(dir: &Path, poll: Duration) -> Result<TrainingLock> {
+    let path = dir.join("training.lock");
+    let pid = std::process::id();
+    let mine = dir.join(format!("training.lock.{pid}"));
+    std::fs::write(&mine, pid.to_string())
+        .with_context(|| format!("cannot write {}", mine.display()))?;
+    let mut announced = false;
+    let outcome = loop {
+        match std::fs::hard_link(&mine, &path) {
+            Ok(()) => break Ok(TrainingLock { path }),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let holder = std::fs::read_to_string(&path).ok();
+                match holder.as_deref().map(str::trim).map(str::parse::<u32>) {
+                    Some(Ok(other)) if process_runs(other) => {
+                        if !announced {
+                            eprintln!(
+                                "{}: process {other} is training this stage; waiting for it (delete {} if no such process runs)",
+                                dir.display(),
+                                path.display()
+                            );
+                            announced = true;
+                        }
+                        std::thread::sleep(poll);
+                    }
+                    // Its holder has exited (or it vanished meanwhile): take it over, unless it
+                    // changed hands since it was read.
+                    _ => {
+                        if std::fs::read_to_string(&path).ok() == holder {
+                            let _ = std::fs::remove_file(&path);
+                        }
+                    }
+                }
+            }
+            Err(e) => break Err(e).with_context(|| format!("cannot create {}", path.display())),
+        }
+    };
+    let _ = std::fs::remove_file(&mine);
+    outcome
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A second taker waits until the holder drops the lock; a lock left by a process that has
+    /// exited is taken over at once.
+    #[test]
+    fn training_lock_waits_for_its_holder_and_takes_over_a_dead_ones() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = std::env::temp_dir().join(format!("training-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let released = std::sync::Arc::new(AtomicBool::new(false));
+        let first = lock_training(&dir, Duration::from_millis(5)).unwrap();
+        let holder = {
+            let released = released.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                released.store(true, Ordering::SeqCst);
+                drop(first);
+            })
+        };
+        let second = lock_training(&dir, Duration::from_millis(5)).unwrap();
+        assert!(
+            released.load(Ordering::SeqCst),
+            "taken while the first held it"
+        );
+        holder.join().unwrap();
+        drop(second);
+        assert!(!dir.join("training.lock").exists(), "dropping releases it");
+        // A lock naming a process that has exited.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        std::fs::write(dir.join("training.lock"), dead.to_string()).unwrap();
+        let taken = lock_training(&dir, Duration::from_secs(3600)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("training.lock")).unwrap(),
+            std::process::id().to_string()
+        );
+        drop(taken);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn hash_names_the_configuration_not_the_key_order() {

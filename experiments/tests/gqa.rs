@@ -2,6 +2,16 @@
 
 use experiments::{Cli, gqa_decode};
 
+/// Held by every test that trains: the backend's random generator (weights, dropout) is one for
+/// the process, so two trainings at once would draw from each other's sequence and neither
+/// would be reproducible.
+static TRAINING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`TRAINING`] (also after another test panicked holding it).
+fn training() -> std::sync::MutexGuard<'static, ()> {
+    TRAINING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn cli(id: &'static str, out: &std::path::Path, extra: &[&str]) -> Cli {
     let mut args = vec![
         "--profile".to_string(),
@@ -123,6 +133,7 @@ fn tiny_corpus(dir: &std::path::Path) {
 
 #[test]
 fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
+    let _training = training();
     use experiments::gqa_pipeline;
     let out = std::env::temp_dir().join(format!("gqa-table1-smoke-{}", std::process::id()));
     let corpus = out.join("corpus");
@@ -206,18 +217,7 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
     // A second run reuses every finished stage and scores the same.
     let before = std::fs::read_to_string(out.join("scores.csv")).unwrap();
     run(&[]).unwrap();
-    let strip_times = |s: &str| -> Vec<String> {
-        s.lines()
-            .map(|l| {
-                l.split(',')
-                    .enumerate()
-                    .filter(|(i, _)| *i != 9)
-                    .map(|(_, v)| v.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            })
-            .collect()
-    };
+    let strip_times = strip_times;
     assert_eq!(
         strip_times(&before),
         strip_times(&std::fs::read_to_string(out.join("scores.csv")).unwrap())
@@ -267,6 +267,127 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
         "{err:#}"
     );
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// `scores.csv`'s lines without the timing column (`s_per_sample`, which varies run to run).
+fn strip_times(csv: &str) -> Vec<String> {
+    let header: Vec<&str> = csv.lines().next().unwrap_or_default().split(',').collect();
+    let time = header
+        .iter()
+        .position(|c| *c == "s_per_sample")
+        .expect("a timing column");
+    csv.lines()
+        .map(|l| {
+            l.split(',')
+                .enumerate()
+                .filter(|(i, _)| *i != time)
+                .map(|(_, v)| v.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect()
+}
+
+/// Replicates: with `seeds = [0, 1]` every model is converted, uptrained and fine-tuned once per
+/// seed from the same pre-trained model; seed 0's replicate is the single-seed run (the same stage
+/// names, reused, and the same scores), seed 1's stages carry `-s1` and train differently, and the
+/// table shows each cell's range over the seeds.
+#[test]
+fn gqa_pipeline_replicates_every_seed_from_one_pretrained_model() {
+    let _training = training();
+    use experiments::gqa_pipeline;
+    let out = std::env::temp_dir().join(format!("gqa-seeds-{}", std::process::id()));
+    let corpus = out.join("corpus");
+    tiny_corpus(&corpus);
+    let data_dir = format!("data_dir=\"{}\"", corpus.display());
+    let stages = format!("stages=\"{}\"", out.join("stages").display());
+    let run = |dir: &str, seeds: &str| {
+        let args = [
+            "--set",
+            data_dir.as_str(),
+            "--set",
+            stages.as_str(),
+            "--set",
+            "tasks=[{ name = \"Cues\", dataset = \"shakespeare_cues\", metric = \"rouge1\", input_length = 32, target_length = 8 }]",
+            "--set",
+            "models=[{ name = \"MHA-XXL\", size = \"xxl\" }, { name = \"MQA-XXL\", size = \"xxl\", kv_heads = 1, conversion = \"mean\", alpha = 0.5 }]",
+            "--set",
+            seeds,
+        ];
+        gqa_pipeline::run(cli("gqa_table1", &out.join(dir), &args), &|_| {
+            include_str!("../configs/gqa_table1/smoke.toml")
+        })
+        .unwrap();
+        std::fs::read_to_string(out.join(dir).join("scores.csv")).unwrap()
+    };
+    let one = run("one", "seeds=[0]");
+    let two = run("two", "seeds=[0, 1]");
+    let rows = |csv: &str| -> Vec<gqa_pipeline::ScoreRow> {
+        csv::Reader::from_reader(csv.as_bytes())
+            .deserialize()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let seeds: Vec<(String, u64)> = rows(&two)
+        .iter()
+        .map(|r| (r.model.clone(), r.seed))
+        .collect();
+    assert_eq!(
+        seeds,
+        [
+            ("MHA-XXL", 0),
+            ("MQA-XXL", 0),
+            ("MHA-XXL", 1),
+            ("MQA-XXL", 1)
+        ]
+        .map(|(m, s)| (m.to_string(), s))
+    );
+    // Seed 0's rows are the single-seed run's.
+    assert_eq!(strip_times(&one)[1..], strip_times(&two)[1..3]);
+    let stages = out.join("stages");
+    for stage in [
+        "pretrain-xxl",
+        "uptrain-xxl-g1-mean-a0.5",
+        "uptrain-xxl-g1-mean-a0.5-s1",
+        "finetune-xxl-Cues-s1",
+        "finetune-xxl-g1-mean-a0.5-Cues-s1",
+    ] {
+        assert!(
+            stages.join(stage).join("model/model.safetensors").is_file(),
+            "{stage}"
+        );
+    }
+    assert!(
+        !stages.join("pretrain-xxl-s1").exists(),
+        "one pre-training for every seed"
+    );
+    // Seed 1 fine-tunes differently (data order, dropout): another held-out loss.
+    let r = rows(&two);
+    assert_ne!(r[0].eval_loss, r[2].eval_loss);
+    assert_ne!(r[1].span_loss, r[3].span_loss, "and uptrains differently");
+    // Both MHA rows start from the one pre-trained model.
+    assert_eq!(r[0].span_loss, r[2].span_loss);
+    let table = std::fs::read_to_string(out.join("two/table.md")).unwrap();
+    let mha = table
+        .lines()
+        .find(|l| l.starts_with("| MHA-XXL |"))
+        .unwrap();
+    assert!(mha.contains(" | 2 | "), "two seeds: {mha}");
+    // The span column of the converted model shows its range over the two seeds.
+    let mqa = table
+        .lines()
+        .find(|l| l.starts_with("| MQA-XXL |"))
+        .unwrap();
+    assert!(mqa.contains('[') && mqa.contains('–'), "a range: {mqa}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn gqa_pipeline_refuses_a_repeated_seed() {
+    let out = std::env::temp_dir().join(format!("gqa-repeated-seed-{}", std::process::id()));
+    let smoke = include_str!("../configs/gqa_table1/smoke.toml");
+    assert_pipeline_refuses(&out, &["--set", "seeds=[0, 1, 0]"], smoke, "repeats a seed");
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// gqa_table1 with `config` as its built-in profile and `args` fails with an error containing

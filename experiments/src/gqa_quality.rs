@@ -1,0 +1,450 @@
+//! The GQA paper's quality claims, decided from the uptraining experiments' `scores.csv` and
+//! `baselines.csv` (written by [`crate::gqa_pipeline`]):
+//!
+//! - **G1** (`gqa_table1`): GQA-XXL's average score is within the seed spread of MHA-XXL's (its
+//!   range over seeds reaches MHA's range or lies above it); refuted when it lies wholly below.
+//! - **G2** (`gqa_fig4`): converting by mean pooling beats keeping each group's first head, which
+//!   beats random initialisation: mean − first and first − random above 0 for every seed.
+//! - **G3** (`gqa_fig5`): right after conversion (α = 0) GQA is closer to its uptrained quality
+//!   than MQA is: MQA's gain from uptraining (score at the largest α − score at α = 0) minus
+//!   GQA's, above 0 for every seed.
+//!
+//! Every comparison is of the average score over the tasks (the paper's "Average" column), per
+//! seed: a seed converts, uptrains and fine-tunes every model from the same pre-trained model, so
+//! the models of one seed are paired. A claim that rests on a difference needs at least
+//! [`MIN_SEEDS`] seeds, and a model that does not clearly clear every task's trivial baselines
+//! (its lowest score over the seeds above the best baseline) decides nothing: both give
+//! *inconclusive*, with the reason in the row.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+
+use crate::gqa_pipeline::{BaselineRow, ScoreRow, average_scores, read_scores};
+use crate::verdict::{Spread, Verdict};
+
+/// Seeds a claim that rests on a difference needs before it can be decided.
+pub const MIN_SEEDS: usize = 2;
+
+/// A decided claim: our numbers, and the verdict.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decided {
+    pub ours: String,
+    pub verdict: Verdict,
+}
+
+/// One experiment's results: its score rows and trivial baselines.
+pub struct Results {
+    pub rows: Vec<ScoreRow>,
+    pub baselines: Vec<BaselineRow>,
+}
+
+impl Results {
+    /// Reads `<dir>/scores.csv` and `<dir>/baselines.csv`.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let rows = read_scores(dir)?;
+        let path = dir.join("baselines.csv");
+        let baselines = crate::read_csv(&path).with_context(|| {
+            format!(
+                "{} is missing: the results predate the trivial baselines; run the experiment again",
+                path.display()
+            )
+        })?;
+        Ok(Self { rows, baselines })
+    }
+
+    /// The rows of the model named `model`.
+    fn of(&self, model: &str) -> Vec<&ScoreRow> {
+        self.rows.iter().filter(|r| r.model == model).collect()
+    }
+
+    /// The models (by name, in file order) whose rows match `keep`.
+    fn models(&self, keep: impl Fn(&ScoreRow) -> bool) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        for r in self.rows.iter().filter(|r| keep(r)) {
+            if !names.contains(&r.model.as_str()) {
+                names.push(&r.model);
+            }
+        }
+        names
+    }
+
+    /// The model's average score per seed.
+    fn averages(&self, model: &str) -> BTreeMap<u64, f64> {
+        average_scores(&self.of(model))
+    }
+
+    /// The tasks on which `model` does not clearly clear the trivial baselines: its lowest score
+    /// over the seeds not above the best baseline of the task.
+    fn at_floor(&self, model: &str) -> Vec<String> {
+        let mut tasks: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+        for r in self.of(model) {
+            let e = tasks
+                .entry(&r.task)
+                .or_insert((f64::INFINITY, f64::NEG_INFINITY));
+            e.0 = e.0.min(r.score);
+        }
+        for b in &self.baselines {
+            if let Some(e) = tasks.get_mut(b.task.as_str()) {
+                e.1 = e.1.max(b.score);
+            }
+        }
+        tasks
+            .into_iter()
+            .filter(|(_, (lowest, best_baseline))| lowest <= best_baseline)
+            .map(|(task, (lowest, best))| format!("{task} {lowest:.1} ≤ {best:.1}"))
+            .collect()
+    }
+
+    /// Why the comparison of `models` decides nothing (too few seeds, or a model at the floor),
+    /// if it does not.
+    fn undecidable(&self, models: &[&str], floor_of: &[&str]) -> Option<String> {
+        for m in models {
+            let n = self.averages(m).len();
+            if n < MIN_SEEDS {
+                return Some(format!("{m} has {n} seed(s), the claim needs {MIN_SEEDS}"));
+            }
+        }
+        for m in floor_of {
+            let floor = self.at_floor(m);
+            if !floor.is_empty() {
+                return Some(format!(
+                    "{m} does not clear the trivial baselines ({}), so the scores decide nothing",
+                    floor.join(", ")
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// `a − b` per seed, over the seeds both have.
+fn paired_differences(a: &BTreeMap<u64, f64>, b: &BTreeMap<u64, f64>) -> Vec<f64> {
+    a.iter()
+        .filter_map(|(seed, x)| b.get(seed).map(|y| x - y))
+        .collect()
+}
+
+fn spread(values: &BTreeMap<u64, f64>) -> Spread {
+    Spread::of(&values.values().copied().collect::<Vec<_>>())
+}
+
+/// Appends the reason a claim is undecided, or returns the verdict.
+fn decide(ours: String, undecidable: Option<String>, verdict: Verdict) -> Decided {
+    match undecidable {
+        Some(why) => Decided {
+            ours: format!("{ours}; inconclusive: {why}"),
+            verdict: Verdict::Inconclusive,
+        },
+        None => Decided { ours, verdict },
+    }
+}
+
+/// G1 from `gqa_table1`: the grouped-query model's average score against the multi-head model of
+/// its size (and the multi-query one's, and the decoding times, for the row's numbers).
+pub fn g1(results: &Results) -> Result<Decided> {
+    let Some(mqa) = results.rows.iter().find(|r| r.kv_heads == 1) else {
+        bail!("no MQA row (kv_heads 1)");
+    };
+    let size = mqa.size.clone();
+    let mha = *results
+        .models(|r| r.size == size && r.conversion == "-")
+        .first()
+        .with_context(|| format!("no multi-head row of size {size}"))?;
+    let heads = results.of(mha)[0].kv_heads;
+    let gqa = *results
+        .models(|r| r.size == size && r.conversion != "-" && r.kv_heads > 1 && r.kv_heads < heads)
+        .first()
+        .with_context(|| format!("no grouped-query row of size {size}"))?;
+    let mqa = mqa.model.clone();
+    let (a_mha, a_gqa, a_mqa) = (
+        results.averages(mha),
+        results.averages(gqa),
+        results.averages(&mqa),
+    );
+    let (s_mha, s_gqa) = (spread(&a_mha), spread(&a_gqa));
+    let t = |m: &str| {
+        let rows = results.of(m);
+        rows.iter().map(|r| r.s_per_sample).sum::<f64>() / rows.len() as f64
+    };
+    let ours = format!(
+        "average score: {mha} {}, {gqa} {}, {mqa} {} (mean [range] over seeds); {gqa} − {mha} {} per seed; T_infer {mha} / {gqa} {:.2}×, {gqa} / {mqa} {:.2}×",
+        s_mha.show(1),
+        s_gqa.show(1),
+        spread(&a_mqa).show(1),
+        Spread::of(&paired_differences(&a_gqa, &a_mha)).show(1),
+        t(mha) / t(gqa),
+        t(gqa) / t(&mqa),
+    );
+    // Within the spread (the ranges meet) or above it reproduces; wholly below refutes.
+    let verdict = if s_gqa.max < s_mha.min {
+        Verdict::Refuted
+    } else {
+        Verdict::Reproduced
+    };
+    Ok(decide(
+        ours,
+        results.undecidable(&[mha, gqa], &[mha]),
+        verdict,
+    ))
+}
+
+/// G2 from `gqa_fig4`: the models converted by mean pooling, first head and random
+/// initialisation (the same K/V heads and α).
+pub fn g2(results: &Results) -> Result<Decided> {
+    let by = |conversion: &str| {
+        results
+            .models(|r| r.conversion == conversion)
+            .first()
+            .copied()
+            .with_context(|| format!("no model converted by `{conversion}`"))
+    };
+    let (mean, first, random) = (by("mean")?, by("first")?, by("random")?);
+    let (a_mean, a_first, a_random) = (
+        results.averages(mean),
+        results.averages(first),
+        results.averages(random),
+    );
+    let (d1, d2) = (
+        Spread::of(&paired_differences(&a_mean, &a_first)),
+        Spread::of(&paired_differences(&a_first, &a_random)),
+    );
+    let ours = format!(
+        "average score: mean {}, first {}, random {} (mean [range] over seeds); mean − first {}, first − random {} per seed",
+        spread(&a_mean).show(1),
+        spread(&a_first).show(1),
+        spread(&a_random).show(1),
+        d1.show(1),
+        d2.show(1),
+    );
+    let verdict = Verdict::all(&[Verdict::above(&d1, 0.0), Verdict::above(&d2, 0.0)]);
+    Ok(decide(
+        ours,
+        results.undecidable(&[mean, first, random], &[mean]),
+        verdict,
+    ))
+}
+
+/// G3 from `gqa_fig5`: the mean-pooled MQA and GQA models at α = 0 and at the largest α.
+pub fn g3(results: &Results) -> Result<Decided> {
+    let mean: Vec<&ScoreRow> = results
+        .rows
+        .iter()
+        .filter(|r| r.conversion == "mean")
+        .collect();
+    let alpha_max = mean.iter().map(|r| r.alpha).fold(0.0, f64::max);
+    if alpha_max <= 0.0 {
+        bail!("no uptrained (α > 0) mean-pooled model");
+    }
+    let gqa_heads = mean
+        .iter()
+        .map(|r| r.kv_heads)
+        .filter(|&g| g > 1)
+        .min()
+        .context("no grouped-query (kv_heads > 1) model")?;
+    let find = |groups: usize, alpha: f64| {
+        results
+            .models(|r| r.conversion == "mean" && r.kv_heads == groups && r.alpha == alpha)
+            .first()
+            .copied()
+            .with_context(|| format!("no mean-pooled model with {groups} K/V heads at α = {alpha}"))
+    };
+    let (mqa0, mqa1) = (find(1, 0.0)?, find(1, alpha_max)?);
+    let (gqa0, gqa1) = (find(gqa_heads, 0.0)?, find(gqa_heads, alpha_max)?);
+    let gain = |before: &str, after: &str| {
+        let (b, a) = (results.averages(before), results.averages(after));
+        a.iter()
+            .filter_map(|(seed, x)| b.get(seed).map(|y| (*seed, x - y)))
+            .collect::<BTreeMap<u64, f64>>()
+    };
+    let (g_mqa, g_gqa) = (gain(mqa0, mqa1), gain(gqa0, gqa1));
+    let d = Spread::of(&paired_differences(&g_mqa, &g_gqa));
+    let ours = format!(
+        "average score at α = 0 → {alpha_max}: MQA {} → {} (gain {}), GQA-{gqa_heads} {} → {} (gain {}); MQA's gain − GQA's {} per seed",
+        spread(&results.averages(mqa0)).show(1),
+        spread(&results.averages(mqa1)).show(1),
+        spread(&g_mqa).show(1),
+        spread(&results.averages(gqa0)).show(1),
+        spread(&results.averages(gqa1)).show(1),
+        spread(&g_gqa).show(1),
+        d.show(1),
+    );
+    Ok(decide(
+        ours,
+        results.undecidable(&[mqa0, mqa1, gqa0, gqa1], &[mqa1, gqa1]),
+        Verdict::above(&d, 0.0),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A score row: (model, K/V heads, conversion, α, seed, task, score).
+    fn row(
+        (model, kv_heads, conversion, alpha): (&str, usize, &str, f64),
+        seed: u64,
+        task: &str,
+        score: f64,
+    ) -> ScoreRow {
+        ScoreRow {
+            model: model.into(),
+            size: "xxl".into(),
+            kv_heads,
+            conversion: conversion.into(),
+            alpha,
+            seed,
+            task: task.into(),
+            metric: "rouge1".into(),
+            score,
+            eval_loss: 1.0,
+            s_per_sample: 0.01 * kv_heads as f64,
+            span_loss_converted: None,
+            span_loss: None,
+            examples: 64,
+            device: "test".into(),
+        }
+    }
+
+    fn baselines(best: f64) -> Vec<BaselineRow> {
+        ["A", "B"]
+            .iter()
+            .map(|t| BaselineRow {
+                task: (*t).into(),
+                metric: "rouge1".into(),
+                baseline: crate::gqa_pipeline::COPY_INPUT.into(),
+                score: best,
+            })
+            .collect()
+    }
+
+    /// Rows of `model` on tasks A and B: per seed, the two scores (their mean is the average).
+    fn model_rows(spec: (&str, usize, &str, f64), per_seed: &[(u64, [f64; 2])]) -> Vec<ScoreRow> {
+        per_seed
+            .iter()
+            .flat_map(|&(seed, [a, b])| [row(spec, seed, "A", a), row(spec, seed, "B", b)])
+            .collect()
+    }
+
+    const MHA: (&str, usize, &str, f64) = ("MHA", 8, "-", 0.0);
+    const GQA: (&str, usize, &str, f64) = ("GQA", 4, "mean", 0.05);
+    const MQA: (&str, usize, &str, f64) = ("MQA", 1, "mean", 0.05);
+
+    fn table1(gqa: [[f64; 2]; 2]) -> Results {
+        let mut rows = model_rows(MHA, &[(0, [40.0, 30.0]), (1, [42.0, 32.0])]);
+        rows.extend(model_rows(GQA, &[(0, gqa[0]), (1, gqa[1])]));
+        rows.extend(model_rows(MQA, &[(0, [30.0, 20.0]), (1, [31.0, 21.0])]));
+        Results {
+            rows,
+            baselines: baselines(20.0),
+        }
+    }
+
+    /// MHA's averages are 35 and 37: a GQA whose averages reach [35, 37] or lie above it is
+    /// within the spread, one wholly below it is not.
+    #[test]
+    fn g1_is_decided_by_whether_gqa_reaches_the_seed_spread_of_mha() {
+        let below = g1(&table1([[38.0, 30.0], [37.0, 31.0]])).unwrap(); // 34, 34
+        assert_eq!(below.verdict, Verdict::Refuted, "{}", below.ours);
+        let reaches = g1(&table1([[38.0, 30.0], [40.0, 32.0]])).unwrap(); // 34, 36
+        assert_eq!(reaches.verdict, Verdict::Reproduced, "{}", reaches.ours);
+        let above = g1(&table1([[45.0, 35.0], [46.0, 36.0]])).unwrap(); // 40, 41
+        assert_eq!(above.verdict, Verdict::Reproduced);
+        assert!(
+            reaches.ours.contains("GQA − MHA -1.0 per seed"),
+            "{}",
+            reaches.ours
+        );
+        // T_infer MHA / GQA = 0.08 / 0.04.
+        assert!(
+            reaches.ours.contains("T_infer MHA / GQA 2.00×"),
+            "{}",
+            reaches.ours
+        );
+    }
+
+    /// A claim with one seed, or whose reference model sits at the trivial baselines, is
+    /// inconclusive whatever the scores say.
+    #[test]
+    fn g1_needs_two_seeds_and_a_reference_above_the_floor() {
+        let mut one_seed = table1([[45.0, 35.0], [46.0, 36.0]]);
+        one_seed.rows.retain(|r| r.seed == 0);
+        let d = g1(&one_seed).unwrap();
+        assert_eq!(d.verdict, Verdict::Inconclusive);
+        assert!(d.ours.contains("1 seed(s)"), "{}", d.ours);
+        let mut floor = table1([[45.0, 35.0], [46.0, 36.0]]);
+        floor.baselines = baselines(31.0); // MHA's B scores are 30 and 32
+        let d = g1(&floor).unwrap();
+        assert_eq!(d.verdict, Verdict::Inconclusive);
+        assert!(d.ours.contains("B 30.0 ≤ 31.0"), "{}", d.ours);
+    }
+
+    #[test]
+    fn g2_needs_mean_above_first_above_random_for_every_seed() {
+        let fig4 = |first: [[f64; 2]; 2]| {
+            let mut rows = model_rows(
+                ("mean", 1, "mean", 0.05),
+                &[(0, [40.0, 30.0]), (1, [41.0, 31.0])],
+            );
+            rows.extend(model_rows(
+                ("first", 1, "first", 0.05),
+                &[(0, first[0]), (1, first[1])],
+            ));
+            rows.extend(model_rows(
+                ("random", 1, "random", 0.05),
+                &[(0, [30.0, 21.0]), (1, [31.0, 21.0])],
+            ));
+            g2(&Results {
+                rows,
+                baselines: baselines(20.0),
+            })
+            .unwrap()
+        };
+        // Per seed: mean 35, 36; random 25.5, 26.
+        assert_eq!(
+            fig4([[38.0, 28.0], [39.0, 29.0]]).verdict,
+            Verdict::Reproduced
+        );
+        // first above mean on seed 1 only: the difference straddles 0.
+        assert_eq!(
+            fig4([[38.0, 28.0], [42.0, 32.0]]).verdict,
+            Verdict::Inconclusive
+        );
+        // first below random on both seeds.
+        assert_eq!(fig4([[20.0, 21.0], [20.0, 21.0]]).verdict, Verdict::Refuted);
+    }
+
+    #[test]
+    fn g3_compares_the_gains_from_uptraining() {
+        let fig5 = |gqa0: [f64; 2]| {
+            let mut rows = model_rows(
+                ("MQA-0", 1, "mean", 0.0),
+                &[(0, [20.0, 22.0]), (1, [21.0, 23.0])],
+            );
+            rows.extend(model_rows(
+                ("MQA-1", 1, "mean", 0.1),
+                &[(0, [40.0, 30.0]), (1, [41.0, 31.0])],
+            ));
+            rows.extend(model_rows(
+                ("GQA-0", 4, "mean", 0.0),
+                &[(0, gqa0), (1, gqa0)],
+            ));
+            rows.extend(model_rows(
+                ("GQA-1", 4, "mean", 0.1),
+                &[(0, [41.0, 31.0]), (1, [41.0, 31.0])],
+            ));
+            g3(&Results {
+                rows,
+                baselines: baselines(20.0),
+            })
+            .unwrap()
+        };
+        // MQA gains 14 on both seeds; GQA from 34 to 36 gains 2.
+        let d = fig5([40.0, 28.0]);
+        assert_eq!(d.verdict, Verdict::Reproduced, "{}", d.ours);
+        assert!(d.ours.contains("MQA's gain − GQA's 12.0"), "{}", d.ours);
+        // GQA from 20 gains 16: more than MQA.
+        assert_eq!(fig5([20.0, 20.0]).verdict, Verdict::Refuted);
+    }
+}
