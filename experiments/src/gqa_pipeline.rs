@@ -1214,12 +1214,7 @@ fn write_scores(out: &Path, rows: &[ScoreRow]) -> Result<()> {
 
 /// Reads `<dir>/scores.csv`.
 pub fn read_scores(dir: &Path) -> Result<Vec<ScoreRow>> {
-    let path = dir.join("scores.csv");
-    csv::Reader::from_path(&path)
-        .with_context(|| format!("cannot read {}: run the experiment first", path.display()))?
-        .deserialize()
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("malformed {}", path.display()))
+    crate::read_csv(&dir.join("scores.csv"))
 }
 
 /// One model's average score over the tasks (the paper's "Average" column), per seed: `rows` are
@@ -1285,7 +1280,8 @@ pub fn render(out: &Path) -> Result<()> {
         } else {
             format!("{:.2}×", t_infer(&mha) / t)
         };
-        let avg = average_scores(&mine);
+        let per_seed = average_scores(&mine);
+        let avg = Spread::of(&per_seed.values().copied().collect::<Vec<_>>());
         let loss = mean(&mine.iter().map(|r| r.eval_loss).collect::<Vec<_>>());
         let cells: Vec<String> = tasks
             .iter()
@@ -1315,15 +1311,15 @@ pub fn render(out: &Path) -> Result<()> {
             first.kv_heads,
             first.conversion,
             first.alpha,
-            avg.len(),
+            per_seed.len(),
             span(|r| r.span_loss_converted),
             span(|r| r.span_loss),
-            Spread::of(&avg.values().copied().collect::<Vec<_>>()).show(1),
+            avg.show(1),
             cells.join(" | ")
         );
         points.push(Series {
             name: m.clone(),
-            points: vec![(t, mean(&avg.values().copied().collect::<Vec<_>>()))],
+            points: vec![(t, avg.mean)],
         });
         loss_points.push(Series {
             name: m.clone(),

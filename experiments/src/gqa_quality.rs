@@ -120,9 +120,9 @@ impl Results {
 }
 
 /// `a − b` per seed, over the seeds both have.
-fn paired_differences(a: &BTreeMap<u64, f64>, b: &BTreeMap<u64, f64>) -> Vec<f64> {
+fn paired_differences(a: &BTreeMap<u64, f64>, b: &BTreeMap<u64, f64>) -> BTreeMap<u64, f64> {
     a.iter()
-        .filter_map(|(seed, x)| b.get(seed).map(|y| x - y))
+        .filter_map(|(seed, x)| b.get(seed).map(|y| (*seed, x - y)))
         .collect()
 }
 
@@ -173,7 +173,7 @@ pub fn g1(results: &Results) -> Result<Decided> {
         s_mha.show(1),
         s_gqa.show(1),
         spread(&a_mqa).show(1),
-        Spread::of(&paired_differences(&a_gqa, &a_mha)).show(1),
+        spread(&paired_differences(&a_gqa, &a_mha)).show(1),
         t(mha) / t(gqa),
         t(gqa) / t(&mqa),
     );
@@ -207,8 +207,8 @@ pub fn g2(results: &Results) -> Result<Decided> {
         results.averages(random),
     );
     let (d1, d2) = (
-        Spread::of(&paired_differences(&a_mean, &a_first)),
-        Spread::of(&paired_differences(&a_first, &a_random)),
+        spread(&paired_differences(&a_mean, &a_first)),
+        spread(&paired_differences(&a_first, &a_random)),
     );
     let ours = format!(
         "average score: mean {}, first {}, random {} (mean [range] over seeds); mean − first {}, first − random {} per seed",
@@ -253,13 +253,10 @@ pub fn g3(results: &Results) -> Result<Decided> {
     let (mqa0, mqa1) = (find(1, 0.0)?, find(1, alpha_max)?);
     let (gqa0, gqa1) = (find(gqa_heads, 0.0)?, find(gqa_heads, alpha_max)?);
     let gain = |before: &str, after: &str| {
-        let (b, a) = (results.averages(before), results.averages(after));
-        a.iter()
-            .filter_map(|(seed, x)| b.get(seed).map(|y| (*seed, x - y)))
-            .collect::<BTreeMap<u64, f64>>()
+        paired_differences(&results.averages(after), &results.averages(before))
     };
     let (g_mqa, g_gqa) = (gain(mqa0, mqa1), gain(gqa0, gqa1));
-    let d = Spread::of(&paired_differences(&g_mqa, &g_gqa));
+    let d = spread(&paired_differences(&g_mqa, &g_gqa));
     let ours = format!(
         "average score at α = 0 → {alpha_max}: MQA {} → {} (gain {}), GQA-{gqa_heads} {} → {} (gain {}); MQA's gain − GQA's {} per seed",
         spread(&results.averages(mqa0)).show(1),
