@@ -395,8 +395,6 @@ mod tests {
         let tok = Tok::bytes();
         let mut config = ModelConfig::tiny(Architecture::Flash);
         config.vocab_size = tok.vocab_size();
-        device.seed(3);
-        let model = config.init(Direction::Causal, &device);
         let text = tok
             .encode("question: who speaks context: ROMEO. But soft answer:")
             .unwrap();
@@ -408,16 +406,22 @@ mod tests {
                 references: vec![],
             })
             .collect();
-        let batched = greedy_answers(&model, &examples, (3, 6), &tok, &device).unwrap();
+        // Which prompts an untrained model answers with EOS at once depends on its random
+        // weights and on the machine's rounding (AVX2 and AVX-512 differ here), and the backend
+        // RNG is shared by the tests of this process, so a fixed seed is not a fixed model. The
+        // comparisons below mean something as long as several answers have tokens: take the
+        // first initialization that generates some.
+        device.seed(3);
+        let (model, batched) = (0..32)
+            .find_map(|_| {
+                let model = config.init(Direction::Causal, &device);
+                let batched = greedy_answers(&model, &examples, (3, 6), &tok, &device).unwrap();
+                let generating = batched.iter().filter(|a| !a.is_empty()).count();
+                (generating >= 2).then_some((model, batched))
+            })
+            .expect("32 untrained models in a row answered at most one prompt with tokens");
         let single = greedy_answers(&model, &examples, (1, 6), &tok, &device).unwrap();
         assert_eq!(batched, single);
-        // Which prompts an untrained model answers with EOS at once depends on the machine's
-        // rounding (AVX2 and AVX-512 differ here); the comparisons mean something as long as
-        // several answers have tokens.
-        assert!(
-            batched.iter().filter(|a| !a.is_empty()).count() >= 2,
-            "the untrained model should generate something: {batched:?}"
-        );
         // Token by token through the decoding state (the model crate's incremental path).
         for (e, got) in examples.iter().zip(&batched) {
             let token = |id: u32| {
