@@ -30,7 +30,9 @@ use training::schedule::{Decay, Schedule};
 use training::t5_task::{
     FineTuneTask, RandomCopyTask, SpanCorruptionTask, first_examples, generate, pad_batch,
 };
-use training::trainer::{RunOptions, Task, TrainConfig, stop_on_ctrl_c, train};
+use training::trainer::{
+    KeepModel, MetricsRow, RunOptions, Task, TrainConfig, stop_on_ctrl_c, train,
+};
 use training::write_atomic;
 
 use crate::Cli;
@@ -119,6 +121,13 @@ pub struct StageConfig {
     pub eval_size: usize,
     /// Checkpoint every this many steps.
     pub checkpoint_every: usize,
+    /// Which model the stage ends with: `last` (the default) or `best_eval`, the evaluation with
+    /// the lowest held-out loss. The paper's fine-tuned models are scored at their best held-out
+    /// checkpoint (as T5 reports them), so the GQA configs' fine-tuning keeps `best_eval`; here
+    /// "best" is by held-out loss, evaluated every `eval_every` steps, not by the task's metric
+    /// (which would need a decoding pass per checkpoint).
+    #[serde(default)]
+    pub keep: KeepModel,
 }
 
 impl StageConfig {
@@ -136,6 +145,7 @@ impl StageConfig {
             eval_every: self.eval_every.min(steps).max(1),
             checkpoint_every: self.checkpoint_every,
             seed,
+            keep: self.keep,
         }
     }
 }
@@ -468,6 +478,10 @@ pub struct ScoreRow {
     pub span_loss: Option<f64>,
     /// Examples scored.
     pub examples: usize,
+    /// The fine-tuning step of the scored model (the best held-out evaluation's with
+    /// `keep = "best_eval"`, else the last); absent from files written before it was recorded.
+    #[serde(default)]
+    pub finetune_step: Option<usize>,
     pub device: String,
 }
 
@@ -631,6 +645,16 @@ impl Stage<'_> {
         let model = outcome.model;
         t5_hf::save(&model, &self.config, final_dir).map_err(|e| anyhow!(e))?;
         Ok(model)
+    }
+
+    /// The step of the model the finished stage ended with ([`KeepModel::step`] over its
+    /// `metrics.csv`).
+    fn kept_step(&self) -> Result<usize> {
+        let rows: Vec<MetricsRow> = crate::read_csv(&self.dir.join("metrics.csv"))?;
+        self.train
+            .keep
+            .step(&rows)
+            .ok_or_else(|| anyhow!("{} has no evaluations", self.dir.display()))
     }
 
     /// The stage's identity: model, training and origin (saved as its `run_config.json`).
@@ -1141,6 +1165,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                     model.clone().with_dropout(config.finetune.dropout),
                     &mut task,
                 )?;
+                let finetune_step = stage.kept_step()?;
                 let eval_loss = task.eval_loss(&tuned.valid(), &device)?;
                 let tuned = tuned.valid().to_device(&inference);
                 let predictions = generate(
@@ -1193,6 +1218,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                     span_loss_converted: losses.converted,
                     span_loss: Some(losses.start),
                     examples: examples.len(),
+                    finetune_step: Some(finetune_step),
                     device: provenance.device.clone(),
                 });
                 write_scores(&cli.out, &rows)?;
@@ -1253,14 +1279,16 @@ pub fn render(out: &Path) -> Result<()> {
          the same size's T_infer over this one's; avg: mean of the task scores; loss: mean over the \
          tasks of the fine-tuned model's held-out token cross-entropy (teacher forced), the finer \
          measure of quality when scores are small; span α=0 / span: held-out span-corruption loss \
-         right after conversion / of the model fine-tuning starts from (after uptraining). With \
+         right after conversion / of the model fine-tuning starts from (after uptraining); ft step: \
+         the fine-tuning step of the scored model (the evaluation with the lowest held-out loss \
+         under `keep = \"best_eval\"`), its range over tasks and seeds. With \
          several seeds (each converts, uptrains and fine-tunes again from the same pre-trained \
          model), a cell is the mean over the seeds with their range in brackets.\n\n",
     );
     md += &format!(
-        "| model | K/V heads | conversion | α | seeds | span α=0 | span | T_infer (s) | speedup | avg | loss | {} |\n|{}\n",
+        "| model | K/V heads | conversion | α | seeds | span α=0 | span | ft step | T_infer (s) | speedup | avg | loss | {} |\n|{}\n",
         tasks.join(" | "),
-        "---|".repeat(11 + tasks.len())
+        "---|".repeat(12 + tasks.len())
     );
     let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
     let t_infer =
@@ -1306,8 +1334,14 @@ pub fn render(out: &Path) -> Result<()> {
                 Spread::of(&xs).show(3)
             }
         };
+        let steps: Vec<usize> = mine.iter().filter_map(|r| r.finetune_step).collect();
+        let ft_step = match (steps.iter().min(), steps.iter().max()) {
+            (Some(lo), Some(hi)) if lo == hi => lo.to_string(),
+            (Some(lo), Some(hi)) => format!("{lo}–{hi}"),
+            _ => "—".into(),
+        };
         md += &format!(
-            "| {m} | {} | {} | {} | {} | {} | {} | {t:.4} | {speedup} | {} | {loss:.3} | {} |\n",
+            "| {m} | {} | {} | {} | {} | {} | {} | {ft_step} | {t:.4} | {speedup} | {} | {loss:.3} | {} |\n",
             first.kv_heads,
             first.conversion,
             first.alpha,

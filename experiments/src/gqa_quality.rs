@@ -300,6 +300,7 @@ mod tests {
             span_loss_converted: None,
             span_loss: None,
             examples: 64,
+            finetune_step: None,
             device: "test".into(),
         }
     }

@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use training::lm_task::{CausalLmTask, LmData, MaskedLmTask};
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
-use training::trainer::{MetricsRow, RunOptions, Stepper, TrainConfig, stop_on_ctrl_c, train};
+use training::trainer::{
+    KeepModel, MetricsRow, RunOptions, Stepper, TrainConfig, stop_on_ctrl_c, train,
+};
 use training::{write_atomic, write_json};
 
 use crate::Cli;
@@ -519,6 +521,7 @@ fn run_train_config(config: &LmSweepConfig, seed: u64) -> TrainConfig {
         eval_every: config.eval_every,
         checkpoint_every: config.checkpoint_every,
         seed,
+        keep: KeepModel::Last,
     }
 }
 

@@ -25,7 +25,9 @@ use training::lm_qa_task::{LmQaFormat, LmQaTask, greedy_answers};
 use training::lm_task::LmData;
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
-use training::trainer::{MetricsRow, RunOptions, Stepper, TrainConfig, stop_on_ctrl_c, train};
+use training::trainer::{
+    KeepModel, MetricsRow, RunOptions, Stepper, TrainConfig, stop_on_ctrl_c, train,
+};
 use training::write_json;
 
 use crate::lm_sweep::{LmSweepConfig, StoredRun, stored_runs, sweep_data};
@@ -218,6 +220,7 @@ fn train_config(config: &Table4Config, seed: u64) -> TrainConfig {
         eval_every: config.eval_every,
         checkpoint_every: 0,
         seed,
+        keep: KeepModel::Last,
     }
 }
 

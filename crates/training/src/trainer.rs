@@ -53,6 +53,43 @@ pub struct TrainConfig {
     pub checkpoint_every: usize,
     /// Seeds dropout (reseeded every step from `seed + step`).
     pub seed: u64,
+    /// Which model the run returns: the last step's (default) or the one of the evaluation with
+    /// the lowest held-out loss. Left out of the serialized config when `Last`, so the identities
+    /// of runs recorded before it existed do not change.
+    #[serde(default, skip_serializing_if = "KeepModel::is_last")]
+    pub keep: KeepModel,
+}
+
+/// Which model [`train`] returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeepModel {
+    /// The model after the last step.
+    #[default]
+    Last,
+    /// The model at the evaluation with the lowest held-out loss (the earliest on a tie): the
+    /// "best held-out checkpoint" at which the GQA paper scores fine-tuned models (as T5 does).
+    /// Kept in `best/` beside the checkpoint, with the step it was taken at.
+    BestEval,
+}
+
+impl KeepModel {
+    fn is_last(&self) -> bool {
+        *self == KeepModel::Last
+    }
+
+    /// The step of the kept model among a finished run's evaluations (`metrics.csv`'s rows):
+    /// the last row's, or the row's with the lowest held-out loss (the earliest on a tie).
+    pub fn step(self, rows: &[MetricsRow]) -> Option<usize> {
+        match self {
+            KeepModel::Last => rows.last(),
+            KeepModel::BestEval => rows.iter().fold(None::<&MetricsRow>, |best, r| match best {
+                Some(b) if b.eval_loss <= r.eval_loss => Some(b),
+                _ => Some(r),
+            }),
+        }
+        .map(|r| r.step)
+    }
 }
 
 /// What the loop trains on. The task owns the data and the loss.
@@ -195,8 +232,11 @@ pub struct Outcome<M> {
     pub interrupted: bool,
     pub losses: Vec<f64>,
     pub rows: Vec<MetricsRow>,
-    /// The trained model (as of the last step taken).
+    /// The trained model: as of the last step taken, or of the best evaluation
+    /// ([`KeepModel::BestEval`]).
     pub model: M,
+    /// The step `model` is from.
+    pub kept_step: usize,
 }
 
 /// Reseeds every device's generator for one step (dropout); device `i` gets `seed + i·2³²`, so
@@ -533,8 +573,12 @@ where
                 Some(b) => b.set_message(msg),
                 None => eprintln!("{} step {step}/{}: {msg}", opts.label, cfg.steps),
             }
+            let best_so_far = run.rows.iter().all(|r| eval_loss < r.eval_loss);
             run.rows.push(row);
             write_metrics(out, &run.rows)?;
+            if cfg.keep == KeepModel::BestEval && best_so_far {
+                save_best(out, &model, step)?;
+            }
         }
         if let Some(b) = &bar {
             b.set_position(step as u64);
@@ -557,11 +601,60 @@ where
             ckpt.display()
         );
     }
+    let (model, kept_step) = match cfg.keep {
+        KeepModel::Last => (model, run.step),
+        KeepModel::BestEval if interrupted => (model, run.step),
+        KeepModel::BestEval => load_best(out, model, &run.rows)?,
+    };
     Ok(Outcome {
         steps: run.step,
         interrupted,
         losses: run.losses,
         rows: run.rows,
         model,
+        kept_step,
     })
+}
+
+fn best_dir(out: &Path) -> PathBuf {
+    out.join("best")
+}
+
+/// Saves the model of `step`'s evaluation as the best so far (`best/model.bpk` and `best/step`),
+/// written beside the old one and swapped in by a rename.
+fn save_best<M: Module + Clone>(out: &Path, model: &M, step: usize) -> Result<()> {
+    let tmp = out.join("best.tmp");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    model
+        .clone()
+        .save_file(tmp.join("model.bpk"))
+        .map_err(|e| anyhow!("saving the best model: {e:?}"))?;
+    std::fs::write(tmp.join("step"), step.to_string())?;
+    let dir = best_dir(out);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&tmp, &dir)?;
+    Ok(())
+}
+
+/// The model `best/` holds and its step, which must be the step of the lowest held-out loss in
+/// `rows` (a resumed run re-evaluates the steps after its checkpoint, and rewrites `best/` when
+/// one of them is the best).
+fn load_best<M: Module + Clone>(out: &Path, model: M, rows: &[MetricsRow]) -> Result<(M, usize)> {
+    let want = KeepModel::BestEval
+        .step(rows)
+        .ok_or_else(|| anyhow!("no evaluation was recorded, so there is no best model"))?;
+    let dir = best_dir(out);
+    let got: Option<usize> = std::fs::read_to_string(dir.join("step"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    if got != Some(want) {
+        bail!(
+            "{} holds the model of step {} but the lowest held-out loss in metrics.csv is at step {want}; delete {} and its checkpoint/ to train the run again",
+            dir.display(),
+            got.map_or("(none)".to_string(), |s| s.to_string()),
+            out.display()
+        );
+    }
+    Ok((model.load_file(dir.join("model.bpk")), want))
 }

@@ -13,7 +13,7 @@ use model::{Architecture, Direction, LanguageModel, ModelConfig};
 use training::lm_task::{CausalLmTask, LmData, MaskedLmTask};
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
-use training::trainer::{RunOptions, Task, TrainConfig, train};
+use training::trainer::{KeepModel, RunOptions, Task, TrainConfig, train};
 
 fn corpus(dir: &Path) {
     for split in ["train", "validation"] {
@@ -115,6 +115,7 @@ fn data_parallel_replicas_equal_gradient_accumulation() {
             eval_every: 2,
             checkpoint_every: 0,
             seed: 5,
+            keep: KeepModel::Last,
         };
         let opts = RunOptions {
             stop: Arc::new(AtomicBool::new(false)),
@@ -172,6 +173,7 @@ fn check_resume<T: Task<LanguageModel>>(dir: &Path, task: impl Fn() -> T, direct
         eval_every: 3,
         checkpoint_every: 0,
         seed: 5,
+        keep: KeepModel::Last,
     };
     let run_opts = |stop: Arc<AtomicBool>| RunOptions {
         stop,
@@ -245,4 +247,130 @@ fn check_resume<T: Task<LanguageModel>>(dir: &Path, task: impl Fn() -> T, direct
     };
     assert_eq!(columns(csv(&split_dir)), columns(csv(&whole_dir)));
     assert_eq!(csv(&whole_dir).lines().count(), 1 + 3);
+}
+
+/// Held-out losses from a script (one per evaluation, in order), the training from `inner`: the
+/// best evaluation is chosen by the test, not by how the model happens to learn.
+struct ScriptedEval<T> {
+    inner: T,
+    script: Vec<f64>,
+    evals: usize,
+}
+
+impl<T: Task<LanguageModel>> Task<LanguageModel> for ScriptedEval<T> {
+    type State = T::State;
+    fn train_loss(&mut self, m: &LanguageModel, d: &Device) -> Result<(Tensor<1>, usize)> {
+        self.inner.train_loss(m, d)
+    }
+    fn eval_loss(&mut self, _: &LanguageModel, _: &Device) -> Result<f64> {
+        self.evals += 1;
+        Ok(self.script[self.evals - 1])
+    }
+    fn state(&self) -> T::State {
+        self.inner.state()
+    }
+    fn restore(&mut self, s: T::State) -> Result<()> {
+        self.inner.restore(s)
+    }
+}
+
+/// `KeepModel::BestEval` returns the model of the evaluation with the lowest held-out loss (here
+/// step 4 of 6), the same model a run stopped at step 4 ends with; also when the run was
+/// interrupted after that evaluation and resumed.
+#[test]
+fn keep_best_eval_returns_the_model_of_the_lowest_held_out_loss() {
+    let _turn = GLOBAL_SEED.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let data = lm_data(dir.path());
+    let device = Device::flex().autodiff();
+    let model = || {
+        device.seed(3);
+        ModelConfig::tiny(Architecture::TransformerPlusPlus)
+            .with_vocab_size(359)
+            .init(Direction::Causal, &device)
+    };
+    // A constant rate, so a 4-step run takes the same first 4 steps as a 6-step one.
+    let cfg = |steps: usize, keep: KeepModel| TrainConfig {
+        steps,
+        optimizer: OptimizerConfig::adafactor(),
+        schedule: Schedule::new(0.01, 0, Decay::Constant),
+        grad_accum: 1,
+        clip_norm: None,
+        eval_every: 2,
+        checkpoint_every: 0,
+        seed: 5,
+        keep,
+    };
+    let opts = |stop: Arc<AtomicBool>| RunOptions {
+        stop,
+        flops_per_step: 1e6,
+        label: "best".into(),
+    };
+    let never = || Arc::new(AtomicBool::new(false));
+    let scripted = |evals: usize| ScriptedEval {
+        inner: CausalLmTask::new(data.clone(), 2, 32, 4).unwrap(),
+        script: vec![3.0, 1.0, 2.0],
+        evals,
+    };
+    let run = |steps: usize, keep: KeepModel, name: &str| {
+        let out = train(
+            &cfg(steps, keep),
+            model(),
+            &mut scripted(0),
+            std::slice::from_ref(&device),
+            &dir.path().join(name),
+            &opts(never()),
+        )
+        .unwrap();
+        (out.kept_step, out.model)
+    };
+    // The real held-out loss of a model, to tell models apart.
+    let held_out = |m: &LanguageModel| {
+        CausalLmTask::new(data.clone(), 2, 32, 4)
+            .unwrap()
+            .eval_loss(&m.valid(), &device)
+            .unwrap()
+    };
+    let (best_step, best) = run(6, KeepModel::BestEval, "best");
+    let (four_step, four) = run(4, KeepModel::Last, "four");
+    let (last_step, last) = run(6, KeepModel::Last, "last");
+    assert_eq!((best_step, four_step, last_step), (4, 4, 6));
+    assert_eq!(held_out(&best), held_out(&four));
+    assert_ne!(
+        held_out(&best),
+        held_out(&last),
+        "the last two steps change the model"
+    );
+
+    // Interrupted after step 5 (past the best evaluation), then resumed.
+    let resumed_dir = dir.path().join("resumed");
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut first = Interrupting {
+        inner: scripted(0),
+        stop: stop.clone(),
+        after: 5,
+        calls: 0,
+    };
+    let cut = train(
+        &cfg(6, KeepModel::BestEval),
+        model(),
+        &mut first,
+        std::slice::from_ref(&device),
+        &resumed_dir,
+        &opts(stop),
+    )
+    .unwrap();
+    assert!(cut.interrupted);
+    let resumed = train(
+        &cfg(6, KeepModel::BestEval),
+        model(),
+        &mut scripted(2),
+        std::slice::from_ref(&device),
+        &resumed_dir,
+        &opts(never()),
+    )
+    .unwrap();
+    assert_eq!(resumed.kept_step, 4);
+    assert_eq!(held_out(&resumed.model), held_out(&four));
+    assert!(resumed_dir.join("best/model.bpk").exists());
 }

@@ -16,7 +16,7 @@ use model::t5::{T5Config, T5Model};
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
 use training::t5_task::{FineTuneTask, SpanCorruptionTask, generate};
-use training::trainer::{RunOptions, Task, TrainConfig, train};
+use training::trainer::{KeepModel, RunOptions, Task, TrainConfig, train};
 
 fn write(dir: &Path, file: &str, columns: Vec<(&str, Vec<String>)>) {
     let columns = columns
@@ -74,6 +74,7 @@ fn config(steps: usize) -> TrainConfig {
         eval_every: 4,
         checkpoint_every: 0,
         seed: 3,
+        keep: KeepModel::Last,
     }
 }
 
