@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 mod common;
 
 use anyhow::Result;
+use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 use model::{Architecture, Direction, LanguageModel, ModelConfig};
 use training::lm_task::{CausalLmTask, LmData, MaskedLmTask};
