@@ -453,12 +453,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
 }
 
 fn read_metrics(dir: &Path) -> Result<Vec<MetricsRow>> {
-    let path = dir.join("metrics.csv");
-    csv::Reader::from_path(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?
-        .deserialize()
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("malformed {}", path.display()))
+    crate::read_csv(&dir.join("metrics.csv"))
 }
 
 fn read_final_ppl(dir: &Path) -> Result<f64> {
