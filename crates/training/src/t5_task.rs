@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
+use burn::module::Module;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use data::epochs::{EpochState, EpochStream, Shuffle};
 use data::registry::DatasetSpec;
@@ -69,6 +70,11 @@ fn seq2seq_loss<E: Pair>(model: &T5Model, examples: &[E], device: &Device) -> (T
 
 /// Token-level mean loss over `examples`, in batches of `batch`, on the non-autodiff device.
 fn eval_seq2seq<E: Pair>(model: &T5Model, examples: &[E], batch: usize, device: &Device) -> f64 {
+    // On the weights without autodiff, whatever the caller passes: a training model's forward
+    // records a graph that keeps every activation (the logits alone are [B, T, V]) until a
+    // backward pass that never comes; the GQA pipeline's held-out evaluations of its autodiff
+    // models grew the process past 24 GiB that way.
+    let model = &model.valid();
     let inner = device.clone().without_autodiff();
     let (mut total, mut count) = (0.0, 0usize);
     for chunk in examples.chunks(batch) {

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 mod common;
 
 use anyhow::Result;
+use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 use common::lm_data;
 use data::tasks::Seq2SeqTask;
@@ -231,4 +232,31 @@ fn fine_tuning_reads_a_seq2seq_dataset_and_generates() {
     let model = tiny(&inner, 2);
     let texts = generate(&model, task.eval_examples(), 2, 5, task.tokenizer(), &inner).unwrap();
     assert_eq!(texts.len(), 3);
+}
+
+/// A held-out loss is the model's in validation mode whatever the caller passes: a training model
+/// (autodiff, dropout 0.5) evaluates exactly as its `valid()` copy, on every call. Evaluating the
+/// training model itself would draw dropout masks (a different loss each call) and record an
+/// autodiff graph holding every activation until a backward pass that never comes: the GQA
+/// pipeline's held-out evaluations of its training models grew the process past 24 GiB that way.
+#[test]
+fn held_out_loss_of_a_training_model_is_its_validation_loss() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    let device = Device::flex().autodiff();
+    let mut task = SpanCorruptionTask::new(
+        lm_data(dir.path(), "gutenberg_shakespeare"),
+        2,
+        48,
+        4,
+        (11, Default::default()),
+    )
+    .unwrap();
+    let training = tiny(&device, 5).with_dropout(0.5);
+    let want = task.eval_loss(&training.valid(), &device).unwrap();
+    for call in 0..3 {
+        let got = task.eval_loss(&training, &device).unwrap();
+        assert_eq!(got, want, "call {call}: the training model's own loss");
+    }
 }
