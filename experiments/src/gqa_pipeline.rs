@@ -1259,7 +1259,8 @@ pub fn average_scores(rows: &[&ScoreRow]) -> BTreeMap<u64, f64> {
 /// Writes `table.md` (Table 1's layout: time per sample, average, one column per task),
 /// `score_vs_time.png/svg` (Figure 3: average score against time per sample) and
 /// `loss_vs_time.png/svg` (the fine-tuned held-out loss against time per sample: the finer measure
-/// when the scores are at their floor, as at cpu scale) from `scores.csv`.
+/// when the scores are at their floor, as at cpu scale) from `scores.csv`; the tables also fill the
+/// `table.md` block of the artifact's README, if it has one.
 pub fn render(out: &Path) -> Result<()> {
     let rows = read_scores(out)?;
     let mut tasks: Vec<String> = Vec::new();
@@ -1285,6 +1286,8 @@ pub fn render(out: &Path) -> Result<()> {
          several seeds (each converts, uptrains and fine-tunes again from the same pre-trained \
          model), a cell is the mean over the seeds with their range in brackets.\n\n",
     );
+    // The tables (not the explanation above them) also go into the README's generated block.
+    let tables_start = md.len();
     md += &format!(
         "| model | K/V heads | conversion | α | seeds | span α=0 | span | ft step | T_infer (s) | speedup | avg | loss | {} |\n|{}\n",
         tasks.join(" | "),
@@ -1403,7 +1406,9 @@ pub fn render(out: &Path) -> Result<()> {
         }
         .save(&out.join(file), series)?;
     }
-    write_atomic(&out.join("table.md"), md.as_bytes())
+    write_atomic(&out.join("table.md"), md.as_bytes())?;
+    report::readme::fill(&out.join("README.md"), "table.md", &md[tables_start..])?;
+    Ok(())
 }
 
 #[cfg(test)]
