@@ -99,6 +99,19 @@ fn tiny(device: &Device, seed: u64) -> T5Model {
         .init(device)
 }
 
+/// Span corruption on the corpus in `dir`: batches of 2 windows of 48 inputs, the first
+/// `eval_windows` held out, noise seed 11.
+fn span_task(dir: &Path, eval_windows: usize) -> SpanCorruptionTask {
+    SpanCorruptionTask::new(
+        lm_data(dir, "gutenberg_shakespeare"),
+        2,
+        48,
+        eval_windows,
+        (11, Default::default()),
+    )
+    .unwrap()
+}
+
 /// Sets `stop` after `after` training batches: a Ctrl-C arriving mid-run.
 struct Interrupting<T> {
     inner: T,
@@ -133,16 +146,7 @@ fn span_corruption_trains_and_resumes_exactly() {
     let dir = tempfile::tempdir().unwrap();
     corpus(dir.path());
     let device = Device::flex().autodiff();
-    let task = || {
-        SpanCorruptionTask::new(
-            lm_data(dir.path(), "gutenberg_shakespeare"),
-            2,
-            48,
-            2,
-            (11, Default::default()),
-        )
-        .unwrap()
-    };
+    let task = || span_task(dir.path(), 2);
     assert!(
         task().target_length() > 2,
         "targets hold sentinels, noise and EOS"
@@ -245,14 +249,7 @@ fn held_out_loss_of_a_training_model_is_its_validation_loss() {
     let dir = tempfile::tempdir().unwrap();
     corpus(dir.path());
     let device = Device::flex().autodiff();
-    let mut task = SpanCorruptionTask::new(
-        lm_data(dir.path(), "gutenberg_shakespeare"),
-        2,
-        48,
-        4,
-        (11, Default::default()),
-    )
-    .unwrap();
+    let mut task = span_task(dir.path(), 4);
     let training = tiny(&device, 5).with_dropout(0.5);
     let want = task.eval_loss(&training.valid(), &device).unwrap();
     for call in 0..3 {
