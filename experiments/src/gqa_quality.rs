@@ -5,6 +5,8 @@
 //!   range over seeds reaches MHA's range or lies above it); refuted when it lies wholly below.
 //! - **G2** (`gqa_fig4`): converting by mean pooling beats keeping each group's first head, which
 //!   beats random initialisation: mean − first and first − random above 0 for every seed.
+//! - **G2-loss** (`gqa_fig4`): the same order on the held-out span loss after uptraining, our
+//!   finer measure where the scores are at their floor.
 //! - **G3** (`gqa_fig5`): right after conversion (α = 0) GQA is closer to its uptrained quality
 //!   than MQA is: MQA's gain from uptraining (score at the largest α − score at α = 0) minus
 //!   GQA's, above 0 for every seed.
@@ -68,6 +70,34 @@ impl Results {
             }
         }
         names
+    }
+
+    /// The models converted by mean pooling, first head and random initialisation at the largest
+    /// α of the results, with that α.
+    fn conversions_at_largest_alpha(&self) -> Result<(f64, [&str; 3])> {
+        let alpha = self.rows.iter().map(|r| r.alpha).fold(0.0, f64::max);
+        let by = |conversion: &str| {
+            self.models(|r| r.conversion == conversion && r.alpha == alpha)
+                .first()
+                .copied()
+                .with_context(|| format!("no model converted by `{conversion}` at α = {alpha}"))
+        };
+        Ok((alpha, [by("mean")?, by("first")?, by("random")?]))
+    }
+
+    /// The model's held-out span loss after uptraining, per seed (the same on every task's row).
+    fn span_losses(&self, model: &str) -> Result<BTreeMap<u64, f64>> {
+        self.of(model)
+            .into_iter()
+            .map(|r| {
+                r.span_loss.map(|l| (r.seed, l)).with_context(|| {
+                    format!(
+                        "{model} (seed {}) has no span_loss: run the experiment again",
+                        r.seed
+                    )
+                })
+            })
+            .collect()
     }
 
     /// The model's average score per seed.
@@ -194,15 +224,7 @@ pub fn g1(results: &Results) -> Result<Decided> {
 /// initialisation (the same K/V heads), compared at the largest α the experiment uptrained (the
 /// cpu profile adds a longer uptraining to the paper's α = 0.05: see its config).
 pub fn g2(results: &Results) -> Result<Decided> {
-    let alpha = results.rows.iter().map(|r| r.alpha).fold(0.0, f64::max);
-    let by = |conversion: &str| {
-        results
-            .models(|r| r.conversion == conversion && r.alpha == alpha)
-            .first()
-            .copied()
-            .with_context(|| format!("no model converted by `{conversion}` at α = {alpha}"))
-    };
-    let (mean, first, random) = (by("mean")?, by("first")?, by("random")?);
+    let (alpha, [mean, first, random]) = results.conversions_at_largest_alpha()?;
     let (a_mean, a_first, a_random) = (
         results.averages(mean),
         results.averages(first),
@@ -226,6 +248,38 @@ pub fn g2(results: &Results) -> Result<Decided> {
         results.undecidable(&[mean, first, random], &[mean]),
         verdict,
     ))
+}
+
+/// G2 on our finer measure, for when the scores are at their floor: the held-out span loss of
+/// the converted models after uptraining (the checkpoint fine-tuning starts from), lower for mean
+/// pooling than for the first head, and for the first head than for random initialisation, on
+/// every seed, at the largest α. The paper reports scores only; a loss needs no trivial baseline.
+pub fn g2_loss(results: &Results) -> Result<Decided> {
+    let (alpha, [mean, first, random]) = results.conversions_at_largest_alpha()?;
+    let (l_mean, l_first, l_random) = (
+        results.span_losses(mean)?,
+        results.span_losses(first)?,
+        results.span_losses(random)?,
+    );
+    // Lower is better: first − mean and random − first above 0 reproduce.
+    let (d1, d2) = (
+        spread(&paired_differences(&l_first, &l_mean)),
+        spread(&paired_differences(&l_random, &l_first)),
+    );
+    let ours = format!(
+        "held-out span loss after uptraining α = {alpha}: mean {}, first {}, random {} (mean [range] over seeds); first − mean {}, random − first {} per seed",
+        spread(&l_mean).show(3),
+        spread(&l_first).show(3),
+        spread(&l_random).show(3),
+        d1.show(3),
+        d2.show(3),
+    );
+    let verdict = Verdict::all(&[Verdict::above(&d1, 0.0), Verdict::above(&d2, 0.0)]);
+    let too_few = [mean, first, random].into_iter().find_map(|m| {
+        let n = results.averages(m).len();
+        (n < MIN_SEEDS).then(|| format!("{m} has {n} seed(s), the claim needs {MIN_SEEDS}"))
+    });
+    Ok(decide(ours, too_few, verdict))
 }
 
 /// G3 from `gqa_fig5`: the mean-pooled MQA and GQA models at α = 0 and at the largest α.
@@ -444,6 +498,53 @@ mod tests {
             d.ours.starts_with("average score at α = 0.4: mean 35.5"),
             "{}",
             d.ours
+        );
+    }
+
+    #[test]
+    fn g2_loss_needs_lower_span_loss_for_mean_than_first_than_random_on_every_seed() {
+        let fig4 = |first: [f64; 2]| {
+            let mut rows = Vec::new();
+            for (conversion, losses) in [
+                ("mean", [1.6, 1.7]),
+                ("first", first),
+                ("random", [5.6, 5.5]),
+            ] {
+                for (seed, loss) in [0, 1].into_iter().zip(losses) {
+                    for mut r in model_rows((conversion, 1, conversion, 0.4), &[(seed, [1.0, 1.0])])
+                    {
+                        r.span_loss = Some(loss);
+                        rows.push(r);
+                    }
+                }
+            }
+            g2_loss(&Results {
+                rows,
+                baselines: baselines(20.0),
+            })
+            .unwrap()
+        };
+        let d = fig4([1.65, 1.8]);
+        assert_eq!(d.verdict, Verdict::Reproduced, "{}", d.ours);
+        assert!(
+            d.ours.contains("first − mean 0.075 [0.050–0.100]"),
+            "{}",
+            d.ours
+        );
+        // first below mean on seed 1: the difference straddles 0.
+        assert_eq!(fig4([1.65, 1.6]).verdict, Verdict::Inconclusive);
+        // first below mean on both seeds.
+        assert_eq!(fig4([1.5, 1.6]).verdict, Verdict::Refuted);
+        // A row without its span loss is an error, not a zero.
+        let mut rows = model_rows(("mean", 1, "mean", 0.4), &[(0, [1.0, 1.0])]);
+        rows.extend(model_rows(("first", 1, "first", 0.4), &[(0, [1.0, 1.0])]));
+        rows.extend(model_rows(("random", 1, "random", 0.4), &[(0, [1.0, 1.0])]));
+        assert!(
+            g2_loss(&Results {
+                rows,
+                baselines: baselines(20.0)
+            })
+            .is_err()
         );
     }
 
