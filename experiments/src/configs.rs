@@ -143,6 +143,24 @@ mod tests {
         assert!(!resolved.contains_key("extends"));
     }
 
+    /// The GQA cpu configs share one directory of stages, so everything but their rows (and
+    /// description) must be the same, or a stage one trains would not be the one another expects.
+    #[test]
+    fn the_gqa_cpu_configs_differ_only_in_their_models() {
+        let resolved = |id: &str| {
+            let mut t =
+                resolve(table(builtin(id, Profile::Cpu).unwrap()), Profile::Cpu, id).unwrap();
+            assert!(t.remove("models").is_some(), "{id} has models");
+            t.remove("description");
+            t
+        };
+        let table1 = resolved("gqa_table1");
+        assert!(table1.contains_key("stages") && table1.contains_key("sizes"));
+        for id in ["gqa_fig4", "gqa_fig5"] {
+            assert_eq!(resolved(id), table1, "{id}");
+        }
+    }
+
     #[test]
     fn unknown_bases_and_loops_are_refused() {
         let err = resolve(table("extends = \"fig99\""), Profile::Cpu, "mine.toml").unwrap_err();

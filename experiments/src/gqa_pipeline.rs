@@ -4,11 +4,16 @@
 //! objective, fine-tuned on each task, decoded greedily on held-out examples, scored with the
 //! paper's metric for that task, and timed per sample.
 //!
-//! Every stage keeps its own run directory under `<out>/stages/` (checkpoints, `metrics.csv`, the
-//! final model in Hugging Face layout under `model/`), so running the command again resumes an
-//! interrupted stage and reuses finished ones; a stage directory made with another configuration is
-//! refused. One library for the three experiments; each binary only picks its configs.
+//! Every stage keeps its own run directory under `<out>/stages/` (or the config's `stages`):
+//! checkpoints, `metrics.csv`, the final model in Hugging Face layout under `model/` and, for a
+//! fine-tuning stage, its predictions and scored `result.json`. Running the command again resumes
+//! an interrupted stage and reuses finished ones; a stage directory made with another configuration
+//! is refused. A scored fine-tuning stage is reused from its `result.json` alone, and a model is
+//! trained or loaded only when a stage downstream of it has no result yet, so a clone that has the
+//! committed results but no weights trains only what is missing. One library for the three
+//! experiments; each binary only picks its configs.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -573,6 +578,29 @@ struct SpanLosses {
     start: f64,
 }
 
+/// A model before fine-tuning, as records: its config, the record of where it came from, and its
+/// uptraining stage (none for a multi-head model or α = 0).
+type UpstreamModel<'a> = (T5Config, serde_json::Value, Option<Stage<'a>>);
+
+/// How a fine-tuned model is scored: a result is reused only when scored the same way (the
+/// stage's lineage, checked separately, covers everything else).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Scoring {
+    /// Held-out examples decoded and scored.
+    score_examples: usize,
+    /// Decoding batch (it sets the measured time per sample).
+    inference_batch: usize,
+}
+
+/// A scored fine-tuning stage's `result.json`: its row of `scores.csv` (the measured fields:
+/// score, losses, time per sample and the device that timed it) and how it was scored. With it a
+/// later run reuses the stage without its weights, which are not committed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct StageResult {
+    scoring: Scoring,
+    row: ScoreRow,
+}
+
 /// Where the data and tokenizer come from, shared by every stage.
 struct Sources {
     options: SourceOptions,
@@ -590,6 +618,9 @@ impl Sources {
         })
     }
 }
+
+/// A scored fine-tuning stage's result file ([`StageResult`]).
+const RESULT_FILE: &str = "result.json";
 
 /// Trains one stage (or reuses its finished model) and returns the model.
 struct Stage<'a> {
@@ -645,6 +676,35 @@ impl Stage<'_> {
         let model = outcome.model;
         t5_hf::save(&model, &self.config, final_dir).map_err(|e| anyhow!(e))?;
         Ok(model)
+    }
+
+    /// The stage's scored result, if it has one scored as `scoring` says; refuses a directory that
+    /// holds another lineage ([`run_store::claim`]).
+    fn result(&self, scoring: &Scoring) -> Result<Option<ScoreRow>> {
+        run_store::claim(&self.dir, &self.record())?;
+        let path = self.dir.join(RESULT_FILE);
+        let Ok(text) = std::fs::read(&path) else {
+            return Ok(None);
+        };
+        let saved: StageResult = serde_json::from_slice(&text).with_context(|| {
+            format!(
+                "{} is not a stage result; delete it to score the stage again",
+                path.display()
+            )
+        })?;
+        Ok((&saved.scoring == scoring).then_some(saved.row))
+    }
+
+    /// Saves the stage's scored result (see [`StageResult`]).
+    fn save_result(&self, scoring: &Scoring, row: &ScoreRow) -> Result<()> {
+        let result = StageResult {
+            scoring: scoring.clone(),
+            row: row.clone(),
+        };
+        write_atomic(
+            &self.dir.join(RESULT_FILE),
+            serde_json::to_string_pretty(&result)?.as_bytes(),
+        )
     }
 
     /// The step of the model the finished stage ended with ([`KeepModel::step`] over its
@@ -927,71 +987,67 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     let span_targets = config.pretrain_objective.target_length(config.input_length);
 
     // Pre-training and uptraining: span corruption on the corpus with the pre-training schedule.
+    // A stage is only named and recorded here; it trains (or loads its finished model) when run,
+    // which happens only when a stage downstream of it has no scored result yet.
     let (device_ref, stop_ref) = (&device, &stop);
     let span_stage = |dir: String,
                       label: String,
                       origin: serde_json::Value,
-                      (train, data_seed): (TrainConfig, u64),
-                      t5: &T5Config| {
-        let stage = Stage {
-            dir: stages.join(dir),
-            label,
-            origin,
-            train,
-            flops_per_step: t5.train_flops(
+                      train: TrainConfig,
+                      t5: &T5Config| Stage {
+        dir: stages.join(dir),
+        label,
+        origin,
+        train,
+        flops_per_step: t5.train_flops(config.pretrain.batch, config.input_length, span_targets),
+        config: t5.clone(),
+        device: device_ref,
+        stop: stop_ref,
+    };
+    let span_task = |data_seed: u64| {
+        anyhow::Ok(
+            SpanCorruptionTask::new(
+                sources.data(&config.corpus)?,
                 config.pretrain.batch,
                 config.input_length,
-                span_targets,
-            ),
-            config: t5.clone(),
-            device: device_ref,
-            stop: stop_ref,
-        };
-        let task = SpanCorruptionTask::new(
-            sources.data(&config.corpus)?,
-            config.pretrain.batch,
-            config.input_length,
-            config.pretrain.eval_size,
-            (data_seed, config.pretrain_objective),
-        )?
-        .with_random_copy(config.pretrain_random_copy);
-        anyhow::Ok((stage, task))
+                config.pretrain.eval_size,
+                (data_seed, config.pretrain_objective),
+            )?
+            .with_random_copy(config.pretrain_random_copy),
+        )
     };
 
-    // The model pre-training starts from: random weights, or those after the copy warm-up (and the
-    // warm-up stage's record for the pre-training stage's lineage).
+    // The copy warm-up before pre-training (none when `copy_warmup.steps` is 0), and pre-training
+    // from its model (or from random weights), recording the warm-up in its lineage.
     let copy_warmup_stage = |size: &str, t5: &T5Config| {
-        device.seed(config.seed);
-        let init = t5.init(&device);
         let warmup = &config.copy_warmup;
-        if warmup.steps == 0 {
-            return anyhow::Ok((init, None));
-        }
-        let stage = Stage {
+        (warmup.steps > 0).then(|| Stage {
             dir: stages.join(format!("copy-warmup-{size}")),
             label: format!("copy warm-up {size}"),
             origin: serde_json::json!({ "init": "random", "seed": config.seed }),
             train: warmup.train(&config.pretrain, config.seed),
             flops_per_step: t5.train_flops(warmup.batch, warmup.length + 1, warmup.length + 1),
             config: t5.clone(),
-            device: &device,
-            stop: &stop,
-        };
-        let mut task = RandomCopyTask::new(
-            sources.tok.clone(),
-            (warmup.length, warmup.batch),
-            config.pretrain.eval_size,
-            config.seed,
-        );
-        let model = stage.run(init, &mut task)?;
-        Ok((model, Some(stage.record())))
+            device: device_ref,
+            stop: stop_ref,
+        })
+    };
+    let pretrain_stage = |size: &str, t5: &T5Config, warmup: Option<&Stage>| {
+        span_stage(
+            format!("pretrain-{size}"),
+            format!("pretrain {size}"),
+            pretrain_origin(&config, warmup.map(Stage::record)),
+            config.pretrain.train(config.pretrain.steps, config.seed),
+            t5,
+        )
     };
 
-    // One multi-head model per size used: pre-trained here, or its given checkpoint; with the
-    // record of where it came from.
-    let mut pretrained: BTreeMap<String, (T5Config, T5Model, serde_json::Value)> = BTreeMap::new();
+    // One multi-head model per size used: its config and the record of where it came from (its
+    // pre-training stage, or its given checkpoint).
+    let mut sizes: BTreeMap<String, (T5Config, serde_json::Value)> = BTreeMap::new();
+    let pretrained_models: RefCell<BTreeMap<String, T5Model>> = RefCell::default();
     for m in &config.models {
-        if pretrained.contains_key(&m.size) {
+        if sizes.contains_key(&m.size) {
             continue;
         }
         let t5 = config
@@ -999,92 +1055,115 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             .with_vocab_size(vocab);
         if let Some(spec) = &config.sizes[&m.size].checkpoint {
             let (t5, model) = load_pretrained(spec, &m.size, t5, &device)?;
-            let origin = serde_json::json!({ "checkpoint": spec });
-            pretrained.insert(m.size.clone(), (t5, model, origin));
+            pretrained_models.borrow_mut().insert(m.size.clone(), model);
+            sizes.insert(
+                m.size.clone(),
+                (t5, serde_json::json!({ "checkpoint": spec })),
+            );
             continue;
         }
-        let (init, copy_warmup) = copy_warmup_stage(&m.size, &t5)?;
-        let (stage, mut task) = span_stage(
-            format!("pretrain-{}", m.size),
-            format!("pretrain {}", m.size),
-            pretrain_origin(&config, copy_warmup),
-            (
-                config.pretrain.train(config.pretrain.steps, config.seed),
-                config.seed,
-            ),
-            &t5,
-        )?;
-        let model = stage.run(init, &mut task)?;
-        let origin = stage.record();
-        pretrained.insert(m.size.clone(), (t5, model, origin));
+        let warmup = copy_warmup_stage(&m.size, &t5);
+        let record = pretrain_stage(&m.size, &t5, warmup.as_ref()).record();
+        sizes.insert(m.size.clone(), (t5, record));
     }
+    // The pre-trained model of a size: the copy warm-up, then pre-training, each trained here or
+    // reused when finished.
+    let pretrained = |size: &str| -> Result<T5Model> {
+        if let Some(model) = pretrained_models.borrow().get(size) {
+            return Ok(model.clone());
+        }
+        let t5 = &sizes[size].0;
+        device.seed(config.seed);
+        let mut init = t5.init(&device);
+        let warmup = copy_warmup_stage(size, t5);
+        if let Some(stage) = &warmup {
+            let w = &config.copy_warmup;
+            let mut task = RandomCopyTask::new(
+                sources.tok.clone(),
+                (w.length, w.batch),
+                config.pretrain.eval_size,
+                config.seed,
+            );
+            init = stage.run(init, &mut task)?;
+        }
+        let model =
+            pretrain_stage(size, t5, warmup.as_ref()).run(init, &mut span_task(config.seed)?)?;
+        pretrained_models
+            .borrow_mut()
+            .insert(size.to_string(), model.clone());
+        Ok(model)
+    };
 
     // Conversion and uptraining: α × the pre-training steps, on other windows of the corpus.
     // Every model's held-out span-corruption loss on uptraining's held-out windows (the same
     // windows and noise for all): the multi-head model's, and a converted one's right after
     // conversion (α = 0) and after uptraining.
-    let held_out = std::cell::RefCell::new(SpanCorruptionTask::new(
+    let held_out = RefCell::new(SpanCorruptionTask::new(
         sources.data(&config.corpus)?,
         config.pretrain.batch,
         config.input_length,
         config.pretrain.eval_size,
         (config.seed.wrapping_add(1), config.pretrain_objective),
     )?);
-    // The conversions and uptrainings of one replicate (seed `seed`).
-    let convert_and_uptrain = |seed: u64| {
-        let suffix = config.replicate_suffix(seed);
-        let mut models: Vec<(&ModelSpec, T5Config, T5Model, serde_json::Value, SpanLosses)> =
-            Vec::new();
-        for m in &config.models {
-            let (t5, base, origin) = pretrained[&m.size].clone();
-            let base = base.with_dropout(config.pretrain.dropout);
-            let Some(groups) = m.kv_heads else {
-                let losses = SpanLosses {
-                    converted: None,
-                    start: held_out.borrow_mut().eval_loss(&base, &device)?,
-                };
-                models.push((m, t5, base, origin, losses));
-                continue;
+    // A model of replicate `seed` before fine-tuning, as records: its config, where it came from,
+    // and its uptraining stage (none for a multi-head model or α = 0).
+    let upstream = |m: &ModelSpec, seed: u64| -> Result<UpstreamModel> {
+        let (t5, pretrain) = sizes[&m.size].clone();
+        let Some(groups) = m.kv_heads else {
+            return Ok((t5, pretrain, None));
+        };
+        let t5 = t5.with_n_kv_heads(groups);
+        let origin = serde_json::json!({
+            "from": pretrain,
+            "conversion": m.conversion,
+            "kv_heads": groups,
+            "seed": seed,
+        });
+        let steps = (m.alpha * config.pretrain.steps as f64).round() as usize;
+        if steps == 0 {
+            return Ok((t5, origin, None));
+        }
+        let stage = span_stage(
+            format!("uptrain-{}{}", model_key(m), config.replicate_suffix(seed)),
+            format!("uptrain {} (seed {seed})", m.name),
+            origin,
+            config.uptrain(steps, seed),
+            &t5,
+        );
+        Ok((t5, stage.record(), Some(stage)))
+    };
+    // The model fine-tuning starts from, and its held-out span losses: the pre-trained model, or
+    // that model converted (seeded by the replicate) and uptrained.
+    let start_model = |m: &ModelSpec, seed: u64, uptrain: Option<&Stage>| {
+        let base = pretrained(&m.size)?.with_dropout(config.pretrain.dropout);
+        let Some(groups) = m.kv_heads else {
+            let start = held_out.borrow_mut().eval_loss(&base, &device)?;
+            let losses = SpanLosses {
+                converted: None,
+                start,
             };
-            device.seed(seed);
-            let converted =
-                convert_kv_heads(base, groups, m.conversion()?).map_err(|e| anyhow!(e))?;
-            let at_conversion = held_out.borrow_mut().eval_loss(&converted, &device)?;
-            eprintln!(
-                "{} (seed {seed}): held-out span loss right after conversion {at_conversion:.4}",
-                m.name
-            );
-            let t5 = t5.with_n_kv_heads(groups);
-            let origin = serde_json::json!({
-                "from": origin,
-                "conversion": m.conversion,
-                "kv_heads": groups,
-                "seed": seed,
-            });
-            let steps = (m.alpha * config.pretrain.steps as f64).round() as usize;
-            if steps == 0 {
-                let losses = SpanLosses {
-                    converted: Some(at_conversion),
-                    start: at_conversion,
-                };
-                models.push((m, t5, converted, origin, losses));
-                continue;
-            }
-            let (stage, mut task) = span_stage(
-                format!("uptrain-{}{suffix}", model_key(m)),
-                format!("uptrain {} (seed {seed})", m.name),
-                origin,
-                (config.uptrain(steps, seed), seed.wrapping_add(1)),
-                &t5,
-            )?;
-            let model = stage.run(converted, &mut task)?;
+            return anyhow::Ok((base, losses));
+        };
+        device.seed(seed);
+        let converted = convert_kv_heads(base, groups, m.conversion()?).map_err(|e| anyhow!(e))?;
+        let at_conversion = held_out.borrow_mut().eval_loss(&converted, &device)?;
+        eprintln!(
+            "{} (seed {seed}): held-out span loss right after conversion {at_conversion:.4}",
+            m.name
+        );
+        let Some(stage) = uptrain else {
             let losses = SpanLosses {
                 converted: Some(at_conversion),
-                start: held_out.borrow_mut().eval_loss(&model, &device)?,
+                start: at_conversion,
             };
-            models.push((m, t5, model, stage.record(), losses));
-        }
-        anyhow::Ok(models)
+            return Ok((converted, losses));
+        };
+        let model = stage.run(converted, &mut span_task(seed.wrapping_add(1))?)?;
+        let losses = SpanLosses {
+            converted: Some(at_conversion),
+            start: held_out.borrow_mut().eval_loss(&model, &device)?,
+        };
+        Ok((model, losses))
     };
 
     // The trivial baselines of every task, on the examples the models are scored on.
@@ -1109,13 +1188,22 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     }
     crate::write_csv(&cli.out.join("baselines.csv"), &baselines)?;
 
-    // Fine-tuning, decoding, scoring and timing: every model on every task.
+    // Fine-tuning, decoding, scoring and timing: every model on every task. A fine-tuning stage
+    // with a result scored the same way ([`StageResult`]) is reused as it is, so that neither it
+    // nor anything upstream of it needs weights: a fresh clone, which has the committed results
+    // but no models, trains only what has no result yet.
     let inference = device.clone().without_autodiff();
+    let scoring = Scoring {
+        score_examples: config.score_examples,
+        inference_batch: config.inference_batch,
+    };
     let mut rows: Vec<ScoreRow> = Vec::new();
     for seed in config.replicate_seeds() {
         let suffix = config.replicate_suffix(seed);
-        let models = convert_and_uptrain(seed)?;
-        for (m, t5, model, origin, losses) in &models {
+        for m in &config.models {
+            let (t5, origin, uptrain) = upstream(m, seed)?;
+            // Made when the first task without a result needs it.
+            let mut start: Option<(T5Model, SpanLosses)> = None;
             for task_config in &config.tasks {
                 let format = Seq2SeqTask {
                     input_length: task_config.input_length,
@@ -1142,6 +1230,27 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                     dir,
                     device: &device,
                     stop: &stop,
+                };
+                if let Some(row) = stage.result(&scoring)? {
+                    eprintln!(
+                        "{} on {} (seed {seed}): {} {:.2}, the result in {} (device {})",
+                        m.name,
+                        task_config.name,
+                        row.metric,
+                        row.score,
+                        stage.dir.display(),
+                        row.device
+                    );
+                    rows.push(ScoreRow {
+                        model: m.name.clone(),
+                        ..row
+                    });
+                    write_scores(&cli.out, &rows)?;
+                    continue;
+                }
+                let (model, losses) = match start.take() {
+                    Some(made) => made,
+                    None => start_model(m, seed, uptrain.as_ref())?,
                 };
                 let data = sources.data(&task_config.dataset)?;
                 let examples = first_examples(
@@ -1199,7 +1308,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                     "{} on {} (seed {seed}): {:?} {value:.2}, {s_per_sample:.4} s/sample",
                     m.name, task_config.name, task_config.metric
                 );
-                rows.push(ScoreRow {
+                let row = ScoreRow {
                     model: m.name.clone(),
                     size: m.size.clone(),
                     kv_heads: t5.n_kv_heads,
@@ -1220,8 +1329,11 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                     examples: examples.len(),
                     finetune_step: Some(finetune_step),
                     device: provenance.device.clone(),
-                });
+                };
+                stage.save_result(&scoring, &row)?;
+                rows.push(row);
                 write_scores(&cli.out, &rows)?;
+                start = Some((model, losses));
             }
         }
     }

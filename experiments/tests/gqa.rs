@@ -266,6 +266,41 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
         format!("{err:#}").contains("make the size's fields the checkpoint's"),
         "{err:#}"
     );
+
+    // Without any weights (a fresh clone has the committed stage results only), a run reuses every
+    // scored fine-tuning stage as it is, the timings included, and trains nothing.
+    let weights = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .flat_map(|stage| ["model", "checkpoint", "best"].map(|d| stage.join(d)))
+            .filter(|p| p.exists())
+            .collect()
+    };
+    let before = std::fs::read_to_string(out.join("scores.csv")).unwrap();
+    for dir in weights(&stages) {
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+    run(&[]).unwrap();
+    assert_eq!(
+        before,
+        std::fs::read_to_string(out.join("scores.csv")).unwrap()
+    );
+    assert_eq!(weights(&stages), Vec::<std::path::PathBuf>::new());
+    // A result scored another way is not reused: the stages train again (to the same models) and
+    // are scored on the examples asked for.
+    run(&["--set", "score_examples=1"]).unwrap();
+    let rescored = std::fs::read_to_string(out.join("scores.csv")).unwrap();
+    let rows: Vec<gqa_pipeline::ScoreRow> = csv::Reader::from_reader(rescored.as_bytes())
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(rows.iter().all(|r| r.examples == 1), "{rows:?}");
+    assert!(
+        stages
+            .join("finetune-xxl-g2-mean-a0.5-Modernize/model/model.safetensors")
+            .is_file()
+    );
     std::fs::remove_dir_all(&out).unwrap();
 }
 
