@@ -679,13 +679,14 @@ impl Stage<'_> {
     }
 
     /// The stage's scored result, if it has one scored as `scoring` says; refuses a directory that
-    /// holds another lineage ([`run_store::claim`]).
+    /// holds another lineage ([`run_store::claim`]). Creates nothing: a stage without a result is
+    /// claimed when it runs.
     fn result(&self, scoring: &Scoring) -> Result<Option<ScoreRow>> {
-        run_store::claim(&self.dir, &self.record())?;
         let path = self.dir.join(RESULT_FILE);
         let Ok(text) = std::fs::read(&path) else {
             return Ok(None);
         };
+        run_store::claim(&self.dir, &self.record())?;
         let saved: StageResult = serde_json::from_slice(&text).with_context(|| {
             format!(
                 "{} is not a stage result; delete it to score the stage again",
