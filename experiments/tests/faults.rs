@@ -102,7 +102,8 @@ fn killed_and_restarted_runs_end_as_uninterrupted_ones() {
     // The hook's moments, in the order the restarted process reaches them, with the step each
     // process resumes from (none: from scratch): FLASH's run first (no checkpoint yet at step 1;
     // mid-evaluation; mid-checkpoint, the previous one intact; between the swap's two renames,
-    // finished on restart; mid-metrics; a step after a checkpoint), then Transformer++'s.
+    // finished on restart; mid-metrics; a step after a checkpoint; mid the last step's checkpoint,
+    // which must not leave the run looking finished), then Transformer++'s.
     let hooks = [
         ("step@1", None),
         ("eval@3", None),
@@ -110,6 +111,7 @@ fn killed_and_restarted_runs_end_as_uninterrupted_ones() {
         ("swap@6", Some(2)),
         ("metrics@9", Some(6)),
         ("step@11", Some(8)),
+        ("checkpoint@12", Some(10)),
         ("checkpoint@2", Some(10)),
         ("swap@4", None),
         ("eval@6", Some(4)),

@@ -575,7 +575,12 @@ where
             }
             let best_so_far = run.rows.iter().all(|r| eval_loss < r.eval_loss);
             run.rows.push(row);
-            write_metrics(out, &run.rows)?;
+            // The last step's row is written after the final checkpoint (below): a complete
+            // `metrics.csv` is what marks a run finished (`lm_sweep` then skips it), so it must
+            // not appear before that checkpoint is in place.
+            if step < cfg.steps {
+                write_metrics(out, &run.rows)?;
+            }
             if cfg.keep == KeepModel::BestEval && best_so_far {
                 save_best(out, &model, step)?;
             }
@@ -590,6 +595,9 @@ where
     }
     run.task = task.state();
     save_checkpoint(out, &model, &optim, &run)?;
+    // Rows up to the checkpoint's step (the last one when the run is complete); a process killed
+    // between the checkpoint and this write resumes at the last step and writes them then.
+    write_metrics(out, &run.rows)?;
     if let Some(b) = &bar {
         b.finish();
     }
