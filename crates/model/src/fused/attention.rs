@@ -24,6 +24,51 @@ pub struct AttentionSpec {
     pub causal: bool,
 }
 
+/// Default of [`kept_scores_limit`]: 512 MiB per attention call, so that FLASH-Quad keeps its
+/// scores at the cpu scales (fig5's masked 4096 tokens: 64 MiB per layer; table11's causal 8192:
+/// 128 MiB per layer, 8 layers) and falls back to recomputing them beyond.
+pub const DEFAULT_KEPT_SCORES_LIMIT: usize = 512 << 20;
+
+thread_local! {
+    static KEPT_SCORES_LIMIT: std::cell::Cell<usize> =
+        const { std::cell::Cell::new(DEFAULT_KEPT_SCORES_LIMIT) };
+}
+
+/// The most bytes of relu² scores an attention forward on this thread keeps for its backward
+/// ([`DEFAULT_KEPT_SCORES_LIMIT`] unless inside [`with_kept_scores_limit`]).
+pub fn kept_scores_limit() -> usize {
+    KEPT_SCORES_LIMIT.get()
+}
+
+/// Runs `f` with [`kept_scores_limit`] set to `bytes` on this thread (0: always recompute), for the
+/// tests that compare the two backward paths and for memory-tight runs.
+pub fn with_kept_scores_limit<R>(bytes: usize, f: impl FnOnce() -> R) -> R {
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            KEPT_SCORES_LIMIT.set(self.0);
+        }
+    }
+    let _restore = Restore(KEPT_SCORES_LIMIT.replace(bytes));
+    f()
+}
+
+/// What an attention forward keeps for its backward besides its output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Keep {
+    /// Nothing: the backward recomputes each block's scores.
+    Nothing,
+    /// Each block's biased, masked scores before the score function.
+    Scores,
+}
+
+/// The block scores a forward kept: per batch element, the blocks of [`ROW_BLOCK`] query rows in
+/// order, each [rows, visible keys] row-major (`AttnInputs::block_scores_len` floats in all).
+struct KeptScores {
+    data: Vec<f32>,
+    per_batch: usize,
+}
+
 /// Inputs of one attention call as contiguous flex tensors.
 #[derive(Clone)]
 struct AttnInputs {
@@ -83,6 +128,31 @@ impl AttnInputs {
     /// Keys visible to the query block ending (exclusively) at row `i1`.
     fn key_limit(&self, i1: usize) -> usize {
         if self.spec.causal { i1 } else { self.s }
+    }
+
+    /// Floats of one batch element's block scores: Σ over query blocks of rows × visible keys.
+    fn block_scores_len(&self) -> usize {
+        (0..self.t)
+            .step_by(ROW_BLOCK)
+            .map(|i0| {
+                let i1 = (i0 + ROW_BLOCK).min(self.t);
+                (i1 - i0) * self.key_limit(i1)
+            })
+            .sum()
+    }
+
+    /// Whether a forward recorded for autodiff keeps its scores for the backward: relu² only (the
+    /// backward then skips one of its four products, `Q Kᵀ`, and gives the same bits: it would
+    /// recompute exactly these scores), and only up to [`kept_scores_limit`] bytes. Softmax
+    /// recomputes: its backward normalises with the forward's log-sum-exp, which a kept
+    /// probability row would not reproduce bit for bit.
+    fn keep_for_backward(&self) -> Keep {
+        let bytes = self.n * self.block_scores_len() * std::mem::size_of::<f32>();
+        if self.spec.score == ScoreFn::Relu2 && bytes <= kept_scores_limit() {
+            Keep::Scores
+        } else {
+            Keep::Nothing
+        }
     }
 
     /// Whether batch elements run in parallel (each with a single-threaded gemm) or one after
@@ -158,23 +228,28 @@ fn score_row(score: ScoreFn, row: &mut [f32]) -> f32 {
     }
 }
 
-/// Forward of one batch element: writes `out` ([T, dv]) and `lse` ([T], softmax only).
+/// Forward of one batch element: writes `out` ([T, dv]) and `lse` ([T], softmax only), and, when
+/// `kept` is not empty, each block's scores before the score function (see [`KeptScores`]).
 fn attn_forward_one(
     x: &AttnInputs,
     b: usize,
-    out: &mut [f32],
-    lse: &mut [f32],
+    (out, lse, kept): (&mut [f32], &mut [f32], &mut [f32]),
     buf: &mut Vec<f32>,
     par: Threads,
 ) {
     let v = slice(&x.v);
     let vp = v[b * x.s * x.dv..].as_ptr();
+    let mut offset = 0;
     for i0 in (0..x.t).step_by(ROW_BLOCK) {
         let i1 = (i0 + ROW_BLOCK).min(x.t);
         let kmax = x.key_limit(i1);
         let rows = i1 - i0;
         buf.resize(rows * kmax, 0.0);
         x.scores(b, i0, i1, buf, par);
+        if !kept.is_empty() {
+            kept[offset..offset + rows * kmax].copy_from_slice(buf);
+            offset += rows * kmax;
+        }
         let (score, level) = (x.spec.score, x.level);
         let lse_blk = &mut lse[i0..i1];
         if par == Threads::PerBatch {
@@ -202,29 +277,46 @@ fn attn_forward_one(
     }
 }
 
-/// Forward over all batch elements: ([N, T, dv], log-sum-exp [N, T]).
-fn attn_forward(x: &AttnInputs) -> (Vec<f32>, Vec<f32>) {
+/// Forward over all batch elements: ([N, T, dv], log-sum-exp [N, T], the scores kept for the
+/// backward when `keep` says so).
+fn attn_forward(x: &AttnInputs, keep: Keep) -> (Vec<f32>, Vec<f32>, Option<KeptScores>) {
     let _timer = profile::Timer::start(profile::Part::Attention);
     let mut out = vec![0f32; x.n * x.t * x.dv];
     let mut lse = vec![0f32; x.n * x.t];
+    let per_batch = x.block_scores_len();
+    let mut kept = match keep {
+        Keep::Scores => vec![0f32; x.n * per_batch],
+        Keep::Nothing => Vec::new(),
+    };
+    // One slice of `kept` per batch element, empty when nothing is kept.
+    let mut kept_parts: Vec<&mut [f32]> = match keep {
+        Keep::Scores => kept.chunks_mut(per_batch).collect(),
+        Keep::Nothing => (0..x.n).map(|_| &mut [][..]).collect(),
+    };
     if x.parallel_batches() {
         out.par_chunks_mut(x.t * x.dv)
             .zip(lse.par_chunks_mut(x.t))
+            .zip(kept_parts.par_iter_mut())
             .enumerate()
-            .for_each_init(Vec::new, |buf, (b, (o, l))| {
-                attn_forward_one(x, b, o, l, buf, Threads::PerBatch)
+            .for_each_init(Vec::new, |buf, (b, ((o, l), k))| {
+                attn_forward_one(x, b, (o, l, k), buf, Threads::PerBatch)
             });
     } else {
         let mut buf = Vec::new();
-        for (b, (o, l)) in out
+        for (b, ((o, l), k)) in out
             .chunks_mut(x.t * x.dv)
             .zip(lse.chunks_mut(x.t))
+            .zip(kept_parts.iter_mut())
             .enumerate()
         {
-            attn_forward_one(x, b, o, l, &mut buf, Threads::Within);
+            attn_forward_one(x, b, (o, l, k), &mut buf, Threads::Within);
         }
     }
-    (out, lse)
+    let kept = (keep == Keep::Scores).then_some(KeptScores {
+        data: kept,
+        per_batch,
+    });
+    (out, lse, kept)
 }
 
 /// Gradients of batch element `b`, given the forward's output and log-sum-exp ([N, T, dv], [N, T])
@@ -237,6 +329,7 @@ fn attn_backward_one(
     (dq, dk, dv): (&mut [f32], &mut [f32], &mut [f32]),
     mut dbias: Option<&mut [f32]>,
     (buf, dp): (&mut Vec<f32>, &mut Vec<f32>),
+    kept: Option<&[f32]>,
     par: Threads,
 ) {
     let (q, k, v) = (slice(&x.q), slice(&x.k), slice(&x.v));
@@ -249,13 +342,19 @@ fn attn_backward_one(
     let kp = k[b * s * dkw..].as_ptr();
     let vp = v[b * s * dvw..].as_ptr();
     let score = x.spec.score;
+    let mut offset = 0;
     for i0 in (0..t).step_by(ROW_BLOCK) {
         let i1 = (i0 + ROW_BLOCK).min(t);
         let kmax = x.key_limit(i1);
         let rows = i1 - i0;
         buf.resize(rows * kmax, 0.0);
         dp.resize(rows * kmax, 0.0);
-        x.scores(b, i0, i1, buf, par);
+        match kept {
+            // The forward's own scores of this block: the same bits as recomputing them.
+            Some(kept) => buf.copy_from_slice(&kept[offset..offset + rows * kmax]),
+            None => x.scores(b, i0, i1, buf, par),
+        }
+        offset += rows * kmax;
         // dP = dO Vᵀ: [rows, kmax].
         // SAFETY: grad rows i0..i1 × dv, v's kmax × dv, dp rows × kmax.
         unsafe {
@@ -357,13 +456,14 @@ fn attn_backward_one(
     }
 }
 
-/// Gradients (dQ, dK, dV, dBias) of [`attention`] given the upstream gradient [N, T, dv].
+/// Gradients (dQ, dK, dV, dBias) of [`attention`] given the upstream gradient [N, T, dv] (and the
+/// forward's scores, if it kept them).
 fn attn_backward(
     x: &AttnInputs,
-    out: &[f32],
-    lse: &[f32],
+    (out, lse, kept): (&[f32], &[f32], Option<&KeptScores>),
     grad: &[f32],
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+    let kept_of = |b: usize| kept.map(|k| &k.data[b * k.per_batch..(b + 1) * k.per_batch]);
     let _timer = profile::Timer::start(profile::Part::Attention);
     let (n, t, s, dkw, dvw) = (x.n, x.t, x.s, x.dk, x.dv);
     let mut dq = vec![0f32; n * t * dkw];
@@ -387,6 +487,7 @@ fn attn_backward(
                         (dq, dk, dv),
                         db.as_deref_mut(),
                         (buf, dp),
+                        kept_of(b),
                         Threads::PerBatch,
                     );
                     db
@@ -416,6 +517,7 @@ fn attn_backward(
                 (dq, dk, dv),
                 db.as_deref_mut(),
                 (&mut buf, &mut dp),
+                kept_of(b),
                 Threads::Within,
             );
         }
@@ -431,6 +533,7 @@ struct AttnSaved {
     inputs: AttnInputs,
     out: Arc<Vec<f32>>,
     lse: Arc<Vec<f32>>,
+    kept: Option<Arc<KeptScores>>,
 }
 
 impl fmt::Debug for AttnSaved {
@@ -449,7 +552,8 @@ impl<const P: usize> Backward<Flex, P> for AttnBackward {
         let saved = ops.state;
         let x = &saved.inputs;
         let grad = contiguous(&grads.consume::<Flex>(&ops.node));
-        let (dq, dk, dv, dbias) = attn_backward(x, &saved.out, &saved.lse, slice(&grad));
+        let kept = saved.kept.as_deref();
+        let (dq, dk, dv, dbias) = attn_backward(x, (&saved.out, &saved.lse, kept), slice(&grad));
         let shapes = [
             vec![x.n, x.t, x.dk],
             vec![x.n, x.s, x.dk],
@@ -472,7 +576,7 @@ fn attention_autodiff<const P: usize>(
     let nodes = tensors.each_ref().map(|t| t.node());
     let prims: Vec<FlexTensor> = tensors.iter().map(|t| t.primitive().clone()).collect();
     let inputs = AttnInputs::new(&prims[0], &prims[1], &prims[2], prims.get(3), spec);
-    let (out, lse) = attn_forward(&inputs);
+    let (out, lse, kept) = attn_forward(&inputs, inputs.keep_for_backward());
     let shape = vec![inputs.n, inputs.t, inputs.dv];
     let out = Arc::new(out);
     let output = flex_from(out.as_ref().clone(), shape);
@@ -483,6 +587,7 @@ fn attention_autodiff<const P: usize>(
             inputs,
             out,
             lse: Arc::new(lse),
+            kept: kept.map(Arc::new),
         },
         output,
     )
@@ -508,7 +613,7 @@ pub fn attention(
                 None => None,
             };
             let inputs = AttnInputs::new(&q, &k, &v, bias.as_ref(), spec);
-            let (out, _) = attn_forward(&inputs);
+            let (out, _, _) = attn_forward(&inputs, Keep::Nothing);
             let shape = vec![inputs.n, inputs.t, inputs.dv];
             Some(Tensor::from_primitive::<Flex>(flex_from(out, shape)))
         }

@@ -7,7 +7,8 @@
 //!
 //! - [`attention`]: `score(Q Kᵀ · scale + bias) V` for score ∈ {softmax, relu²}, optionally causal,
 //!   computed in blocks of query rows (the block's scores live in one reused buffer, as in
-//!   FlashAttention), with the backward recomputing the block's scores instead of storing them;
+//!   FlashAttention), with the backward recomputing the block's scores instead of storing them
+//!   (relu² keeps them up to a memory limit: the same bits, one product fewer);
 //!   causal blocks stop at the diagonal.
 //! - [`chunk_linear_attention`]: the global part of mixed chunk attention, with the running sums of
 //!   `K_linᵀ V` kept in one [s, e] buffer per sequence instead of a [G, s, e] tensor and its cumsum;
@@ -227,7 +228,10 @@ mod rotary;
 pub mod simd;
 
 pub use activation::{Activation, activation, bias_activation, erf};
-pub use attention::{AttentionSpec, ScoreFn, attention};
+pub use attention::{
+    AttentionSpec, DEFAULT_KEPT_SCORES_LIMIT, ScoreFn, attention, kept_scores_limit,
+    with_kept_scores_limit,
+};
 pub use chunk_linear::chunk_linear_attention;
 pub use cross_entropy::cross_entropy_rows;
 pub use product::matmul_2d;

@@ -569,3 +569,102 @@ fn fused_kernels_give_the_same_bits_at_every_simd_level() {
         }
     }
 }
+
+/// Outputs and every input's gradient of one fused attention call (weighted sum of the output).
+fn attention_outputs_and_grads(
+    (q, k, v, bias): (&Tensor<3>, &Tensor<3>, &Tensor<3>, Option<&Tensor<2>>),
+    w: &Tensor<3>,
+    spec: AttentionSpec,
+) -> Vec<Vec<u32>> {
+    let y = fused::attention(q, k, v, bias, spec).expect("flex");
+    let g = backward_with(y.clone(), w);
+    let mut out = vec![values(y), grad(q, &g), grad(k, &g), grad(v, &g)];
+    if let Some(b) = bias {
+        out.push(grad(b, &g));
+    }
+    out.into_iter()
+        .map(|v| v.into_iter().map(f32::to_bits).collect())
+        .collect()
+}
+
+/// A relu² forward keeps its block scores for the backward (up to `kept_scores_limit`), which then
+/// skips the `Q Kᵀ` product: the gradients must be the recomputing backward's to the bit, for both
+/// thread layouts, causal and not, with and without a bias, over several row blocks and a ragged
+/// last one.
+#[test]
+fn relu2_attention_with_kept_scores_gives_the_recomputed_bits() {
+    let dev = autodiff_device();
+    let t = 2 * ROW_BLOCK + 19;
+    assert!(
+        fused::kept_scores_limit() >= 3 * t * t * 4,
+        "the default limit keeps these scores"
+    );
+    for n in [1, 3] {
+        let q = randn([n, t, 13], 21, &dev).require_grad();
+        let k = randn([n, t, 13], 22, &dev).require_grad();
+        let v = randn([n, t, 11], 23, &dev).require_grad();
+        let ab = randn([t, t], 24, &dev).mul_scalar(0.1).require_grad();
+        let w = randn([n, t, 11], 25, &dev);
+        for causal in [true, false] {
+            for bias in [None, Some(&ab)] {
+                let spec = AttentionSpec {
+                    score: ScoreFn::Relu2,
+                    scale: 0.2,
+                    causal,
+                };
+                let run = || attention_outputs_and_grads((&q, &k, &v, bias), &w, spec);
+                let kept = run();
+                let recomputed = fused::with_kept_scores_limit(0, run);
+                for (i, (a, b)) in kept.iter().zip(&recomputed).enumerate() {
+                    assert!(
+                        a == b,
+                        "output {i} differs with kept scores (n {n}, causal {causal}, bias {})",
+                        bias.is_some()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The fused attention gives the same bits on one thread and on two: one batch element runs its
+/// products multi-threaded (gemm splits the output, not the sums), several run one per thread, and
+/// the training runs of a sweep may be trained on either (`fig5`'s re-run split over two one-thread
+/// processes relies on it).
+#[test]
+fn fused_attention_gives_the_same_bits_on_one_and_two_threads() {
+    let dev = autodiff_device();
+    let t = ROW_BLOCK + 37;
+    let q = randn([2, t, 16], 31, &dev);
+    let k = randn([2, t, 16], 32, &dev);
+    let v = randn([2, t, 12], 33, &dev);
+    let w = randn([2, t, 12], 34, &dev);
+    let pool = |threads: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("thread pool")
+    };
+    let (one, two) = (pool(1), pool(2));
+    for n in [1, 2] {
+        let part = |x: &Tensor<3>| x.clone().narrow(0, 0, n).require_grad();
+        let (q, k, v, w) = (part(&q), part(&k), part(&v), w.clone().narrow(0, 0, n));
+        for score in [ScoreFn::Relu2, ScoreFn::Softmax] {
+            for causal in [true, false] {
+                let spec = AttentionSpec {
+                    score,
+                    scale: 0.25,
+                    causal,
+                };
+                let run = || attention_outputs_and_grads((&q, &k, &v, None), &w, spec);
+                let (a, b) = (one.install(run), two.install(run));
+                for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                    assert!(
+                        x == y,
+                        "output {i} differs between 1 and 2 threads ({score:?}, causal {causal}, n {n})"
+                    );
+                }
+            }
+        }
+    }
+}
