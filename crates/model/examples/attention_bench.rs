@@ -2,7 +2,8 @@
 //! tokens (batch 1): FLASH-Quad's relu² scores (one head, s = 128 plus the rank-128 RoPE-product
 //! bias folded into queries and keys, so dk = 256; e = 2d = 256), bidirectional (masked LM) and
 //! causal, and Transformer++'s softmax (2 heads of 64); beside them one dense product of the same
-//! size class ([T, 256] × [256, T]) as the ceiling. Median of 5 after a warm-up;
+//! size class ([T, 256] × [256, T]) as the ceiling. Median of 5 after a warm-up (relu²: kept and recomputed
+//! scores interleaved round by round);
 //! GFLOP/s counts the products of the recomputing backward (bidirectional: `QKᵀ` twice, `dQ`, `dK`
 //! over dk; `PV`, `dO Vᵀ`, `dV` over dv; causal: the block-lower-triangular part), also for the
 //! relu² rows that keep their scores and skip one `QKᵀ`, so that the rows compare as speeds.
@@ -29,6 +30,24 @@ fn flops(n: usize, t: usize, dk: usize, dv: usize, causal: bool) -> f64 {
         (t * t) as f64
     };
     n as f64 * 2.0 * pairs * (4 * dk + 3 * dv) as f64
+}
+
+/// Seconds of `reps` calls of `f`, each timed alone, the median of them.
+fn median_seconds_of(reps: usize, mut f: impl FnMut()) -> f64 {
+    median(
+        (0..reps)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                f();
+                start.elapsed().as_secs_f64()
+            })
+            .collect(),
+    )
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
 }
 
 fn main() {
@@ -93,12 +112,21 @@ fn main() {
             drop(y.sum().backward());
         };
         // Relu² keeps its scores for the backward (up to a memory limit); limit 0 times the
-        // recomputing backward beside it.
-        let mut rows = vec![(name.to_string(), median_seconds(step))];
-        if score == ScoreFn::Relu2 {
-            let secs = with_kept_scores_limit(0, || median_seconds(step));
-            rows.push((format!("{name}, scores recomputed"), secs));
-        }
+        // recomputing backward beside it, the two interleaved round by round (the machine drifts).
+        let rows = if score == ScoreFn::Relu2 {
+            let (mut kept, mut recomputed) = (Vec::new(), Vec::new());
+            step();
+            for _ in 0..5 {
+                kept.push(median_seconds_of(1, step));
+                recomputed.push(with_kept_scores_limit(0, || median_seconds_of(1, step)));
+            }
+            vec![
+                (name.to_string(), median(kept)),
+                (format!("{name}, scores recomputed"), median(recomputed)),
+            ]
+        } else {
+            vec![(name.to_string(), median_seconds(step))]
+        };
         for (name, secs) in rows {
             let gflops = flops(n, t, dk, dv, causal) / secs / 1e9;
             println!(

@@ -228,6 +228,18 @@ fn score_row(score: ScoreFn, row: &mut [f32]) -> f32 {
     }
 }
 
+/// `dst.copy_from_slice(src)`, row by row on the thread pool when the block runs `Within` (one
+/// thread would otherwise copy while the other waits).
+fn copy_rows(dst: &mut [f32], src: &[f32], row: usize, par: Threads) {
+    if par == Threads::PerBatch {
+        dst.copy_from_slice(src);
+    } else {
+        dst.par_chunks_mut(row)
+            .zip(src.par_chunks(row))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+    }
+}
+
 /// Forward of one batch element: writes `out` ([T, dv]) and `lse` ([T], softmax only), and, when
 /// `kept` is not empty, each block's scores before the score function (see [`KeptScores`]).
 fn attn_forward_one(
@@ -247,7 +259,7 @@ fn attn_forward_one(
         buf.resize(rows * kmax, 0.0);
         x.scores(b, i0, i1, buf, par);
         if !kept.is_empty() {
-            kept[offset..offset + rows * kmax].copy_from_slice(buf);
+            copy_rows(&mut kept[offset..offset + rows * kmax], buf, kmax, par);
             offset += rows * kmax;
         }
         let (score, level) = (x.spec.score, x.level);
@@ -351,7 +363,7 @@ fn attn_backward_one(
         dp.resize(rows * kmax, 0.0);
         match kept {
             // The forward's own scores of this block: the same bits as recomputing them.
-            Some(kept) => buf.copy_from_slice(&kept[offset..offset + rows * kmax]),
+            Some(kept) => copy_rows(buf, &kept[offset..offset + rows * kmax], kmax, par),
             None => x.scores(b, i0, i1, buf, par),
         }
         offset += rows * kmax;
