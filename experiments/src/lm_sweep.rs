@@ -237,7 +237,9 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     }
     std::fs::create_dir_all(&cli.out)
         .with_context(|| format!("cannot create {}", cli.out.display()))?;
+    let previous = read_machine(&cli.out.join("env.json"));
     let provenance = cli.save_provenance(&config)?;
+    forget_other_machines_step_times(&cli.out, previous, &provenance)?;
     write_atomic(
         &cli.out.join("data.json"),
         serde_json::to_string_pretty(&serde_json::json!({
@@ -620,6 +622,37 @@ fn calibrate_step_times(
         }
     }
     crate::write_csv(&path, &times)
+}
+
+/// The machine (device description, SIMD level) in an `env.json`, if it is there and readable.
+fn read_machine(env: &Path) -> Option<(String, String)> {
+    let text = std::fs::read_to_string(env).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let field = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+    Some((field("device")?, field("simd_level").unwrap_or_default()))
+}
+
+/// Removes the output directory's step-time calibration when the command that last wrote the
+/// directory (`previous`, its `env.json`'s machine) ran on another machine than this one: a
+/// calibration is otherwise kept while it covers the models' step-cost hashes, and another
+/// machine's step times would price these runs. The invariant kept: `step_times.csv`, when
+/// present, was timed on the machine named in `env.json`.
+fn forget_other_machines_step_times(
+    out: &Path,
+    previous: Option<(String, String)>,
+    now: &training::provenance::Provenance,
+) -> Result<()> {
+    let path = out.join(STEP_TIMES);
+    let here = (now.device.clone(), now.simd_level.to_string());
+    if path.exists() && previous.as_ref() != Some(&here) {
+        eprintln!(
+            "step times: {} was timed on another machine ({}); the calibration runs again after the runs",
+            path.display(),
+            previous.map_or("unknown".to_string(), |(d, l)| format!("{d}, {l}"))
+        );
+        std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// What a step's cost depends on, per model and context: a calibration of another configuration
@@ -1184,8 +1217,48 @@ fn chunking_table(rows: &[SweepRow], all: &[Summary]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{model_from_identity, model_identity, split_batch};
+    use super::{
+        STEP_TIMES, forget_other_machines_step_times, model_from_identity, model_identity,
+        read_machine, split_batch,
+    };
     use model::ModelConfig;
+
+    /// A calibration made on another machine (per the directory's `env.json`) is removed before a
+    /// sweep runs, one made on this machine is kept, and one beside no readable `env.json` is
+    /// removed.
+    #[test]
+    fn step_times_of_another_machine_are_not_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let now = training::provenance::Provenance::collect("flex (CPU A, 2 cores)".to_string());
+        let write = |device: &str, level: &str| {
+            let env = serde_json::json!({ "device": device, "simd_level": level });
+            std::fs::write(dir.path().join("env.json"), env.to_string()).expect("env");
+            std::fs::write(dir.path().join(STEP_TIMES), "model,context\n").expect("times");
+        };
+        let times = dir.path().join(STEP_TIMES);
+        write("flex (CPU A, 2 cores)", now.simd_level);
+        let previous = read_machine(&dir.path().join("env.json"));
+        forget_other_machines_step_times(dir.path(), previous, &now).expect("kept");
+        assert!(times.exists(), "the same machine's calibration is kept");
+        write("flex (CPU B, 2 cores)", now.simd_level);
+        let previous = read_machine(&dir.path().join("env.json"));
+        forget_other_machines_step_times(dir.path(), previous, &now).expect("removed");
+        assert!(!times.exists(), "another CPU's calibration is removed");
+        write("flex (CPU A, 2 cores)", "other-level");
+        let previous = read_machine(&dir.path().join("env.json"));
+        forget_other_machines_step_times(dir.path(), previous, &now).expect("removed");
+        assert!(
+            !times.exists(),
+            "another SIMD level's calibration is removed"
+        );
+        write("flex (CPU A, 2 cores)", now.simd_level);
+        std::fs::remove_file(dir.path().join("env.json")).expect("rm env");
+        forget_other_machines_step_times(dir.path(), None, &now).expect("removed");
+        assert!(
+            !times.exists(),
+            "a calibration of unknown origin is removed"
+        );
+    }
 
     /// Every run committed in `results/runs` keeps its name: its model configuration, read back
     /// (fields it predates take their defaults) and named as HEAD names it, is the one it was
