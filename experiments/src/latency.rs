@@ -225,18 +225,22 @@ impl Cell {
 /// Runs the sweep (or only the report, with `--report`).
 /// `--dry-run`: per model and context, the timed model's size and training memory (the benchmark
 /// trains with Adam: two moments per parameter), and device-hours from this output directory's
-/// `latency.csv` where it timed that cell. The benchmark's steps are themselves the real step, so
-/// `step` adds nothing.
+/// `latency.csv` where it timed that cell on this machine. The benchmark's steps are themselves the
+/// real step, so `step` adds nothing.
 fn dry_run(
     cli: &Cli,
     config: &LatencyConfig,
     archs: &[Architecture],
     device: &Device,
 ) -> Result<()> {
-    let timed: Vec<LatencyRow> = csv::Reader::from_path(cli.out.join("latency.csv"))
-        .ok()
-        .map(|mut r| r.deserialize().filter_map(Result::ok).collect())
-        .unwrap_or_default();
+    let timed: Vec<LatencyRow> = if cli.output_machine() == Some(cli.machine()) {
+        csv::Reader::from_path(cli.out.join("latency.csv"))
+            .ok()
+            .map(|mut r| r.deserialize().filter_map(Result::ok).collect())
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let build = device.clone().without_autodiff();
     let mut plans = Vec::new();
     for &context in &config.contexts {

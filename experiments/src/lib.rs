@@ -15,7 +15,7 @@ pub mod run_store;
 pub mod scaling;
 pub mod verdict;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::{Context, Result, bail};
@@ -274,17 +274,46 @@ impl Cli {
         Ok(self.backend)
     }
 
+    /// The backend and machine this command runs on, as its `env.json` names them (`device`).
+    pub fn device_description(&self) -> String {
+        let device = training::device::describe(self.backend);
+        if self.devices > 1 {
+            format!("{device} × {} devices", self.devices)
+        } else {
+            device
+        }
+    }
+
+    /// The machine this command runs on, as its `env.json` will name it.
+    pub fn machine(&self) -> Machine {
+        let level = model::fused::simd::SimdLevel::selected().name();
+        (self.device_description(), level.to_string())
+    }
+
+    /// The machine named in the output directory's `env.json` (the last command that wrote the
+    /// directory), if it is there and readable: timings in the directory are that machine's.
+    pub fn output_machine(&self) -> Option<Machine> {
+        read_machine(&self.out.join("env.json"))
+    }
+
     /// Saves the resolved config and the provenance beside the results.
     pub fn save_provenance<C: Serialize>(&self, config: &C) -> Result<Provenance> {
-        let mut device = training::device::describe(self.backend);
-        if self.devices > 1 {
-            device = format!("{device} × {} devices", self.devices);
-        }
-        let provenance = Provenance::collect(device);
+        let provenance = Provenance::collect(self.device_description());
         write_json(&self.out.join("config.json"), config)?;
         write_json(&self.out.join("env.json"), &provenance)?;
         Ok(provenance)
     }
+}
+
+/// A machine as an `env.json` names it: (device description, SIMD level of the fused kernels).
+pub type Machine = (String, String);
+
+/// The machine in an `env.json`, if it is there and readable.
+pub fn read_machine(env: &Path) -> Option<Machine> {
+    let text = std::fs::read_to_string(env).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let field = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+    Some((field("device")?, field("simd_level").unwrap_or_default()))
 }
 
 /// Sets `key` (dotted for nested tables: `pretrain.steps`, `sizes.xxl.checkpoint`) in `table`.

@@ -21,11 +21,11 @@ use training::trainer::{
 };
 use training::{write_atomic, write_json};
 
-use crate::Cli;
 use crate::dry_run::{DryRun, RunPlan};
 use crate::run_store;
 pub use crate::verdict::SweepRow;
 use crate::verdict::{StepCost, StepTime, Summary, Verdict, summarize};
+use crate::{Cli, Machine};
 
 /// The training objective of a sweep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -237,9 +237,9 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     }
     std::fs::create_dir_all(&cli.out)
         .with_context(|| format!("cannot create {}", cli.out.display()))?;
-    let previous = read_machine(&cli.out.join("env.json"));
+    // Read before this command's env.json replaces the one that names the calibration's machine.
+    forget_other_machines_step_times(&cli.out, cli.output_machine(), &cli.machine())?;
     let provenance = cli.save_provenance(&config)?;
-    forget_other_machines_step_times(&cli.out, previous, &provenance)?;
     write_atomic(
         &cli.out.join("data.json"),
         serde_json::to_string_pretty(&serde_json::json!({
@@ -624,27 +624,18 @@ fn calibrate_step_times(
     crate::write_csv(&path, &times)
 }
 
-/// The machine (device description, SIMD level) in an `env.json`, if it is there and readable.
-fn read_machine(env: &Path) -> Option<(String, String)> {
-    let text = std::fs::read_to_string(env).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let field = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
-    Some((field("device")?, field("simd_level").unwrap_or_default()))
-}
-
 /// Removes the output directory's step-time calibration when the command that last wrote the
-/// directory (`previous`, its `env.json`'s machine) ran on another machine than this one: a
+/// directory (`previous`, its `env.json`'s machine) ran on another machine than `here`: a
 /// calibration is otherwise kept while it covers the models' step-cost hashes, and another
 /// machine's step times would price these runs. The invariant kept: `step_times.csv`, when
-/// present, was timed on the machine named in `env.json`.
+/// present, was timed on the machine named in `env.json` (which `--dry-run` relies on too).
 fn forget_other_machines_step_times(
     out: &Path,
-    previous: Option<(String, String)>,
-    now: &training::provenance::Provenance,
+    previous: Option<Machine>,
+    here: &Machine,
 ) -> Result<()> {
     let path = out.join(STEP_TIMES);
-    let here = (now.device.clone(), now.simd_level.to_string());
-    if path.exists() && previous.as_ref() != Some(&here) {
+    if path.exists() && previous.as_ref() != Some(here) {
         eprintln!(
             "step times: {} was timed on another machine ({}); the calibration runs again after the runs",
             path.display(),
@@ -685,7 +676,14 @@ fn dry_run_sweep(
     mode: DryRun,
 ) -> Result<()> {
     let vocab = crate::dry_run::vocab_size(&config.tokenizer)?;
-    let times = read_step_times(&cli.out).ok().flatten().unwrap_or_default();
+    // Only a calibration made on this machine prices the plan (another machine's is re-timed
+    // when the sweep runs).
+    let timed_here = cli.output_machine() == Some(cli.machine());
+    let times = if timed_here {
+        read_step_times(&cli.out).ok().flatten().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let masked = matches!(config.objective, Objective::Masked);
     let build_device = devices[0].clone().without_autodiff();
     let mut plans = Vec::new();
@@ -1219,8 +1217,9 @@ fn chunking_table(rows: &[SweepRow], all: &[Summary]) -> String {
 mod tests {
     use super::{
         STEP_TIMES, forget_other_machines_step_times, model_from_identity, model_identity,
-        read_machine, split_batch,
+        split_batch,
     };
+    use crate::read_machine;
     use model::ModelConfig;
 
     /// A calibration made on another machine (per the directory's `env.json`) is removed before a
@@ -1229,18 +1228,18 @@ mod tests {
     #[test]
     fn step_times_of_another_machine_are_not_kept() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let now = training::provenance::Provenance::collect("flex (CPU A, 2 cores)".to_string());
+        let now = ("flex (CPU A, 2 cores)".to_string(), "avx2".to_string());
         let write = |device: &str, level: &str| {
             let env = serde_json::json!({ "device": device, "simd_level": level });
             std::fs::write(dir.path().join("env.json"), env.to_string()).expect("env");
             std::fs::write(dir.path().join(STEP_TIMES), "model,context\n").expect("times");
         };
         let times = dir.path().join(STEP_TIMES);
-        write("flex (CPU A, 2 cores)", now.simd_level);
+        write("flex (CPU A, 2 cores)", "avx2");
         let previous = read_machine(&dir.path().join("env.json"));
         forget_other_machines_step_times(dir.path(), previous, &now).expect("kept");
         assert!(times.exists(), "the same machine's calibration is kept");
-        write("flex (CPU B, 2 cores)", now.simd_level);
+        write("flex (CPU B, 2 cores)", "avx2");
         let previous = read_machine(&dir.path().join("env.json"));
         forget_other_machines_step_times(dir.path(), previous, &now).expect("removed");
         assert!(!times.exists(), "another CPU's calibration is removed");
@@ -1251,7 +1250,7 @@ mod tests {
             !times.exists(),
             "another SIMD level's calibration is removed"
         );
-        write("flex (CPU A, 2 cores)", now.simd_level);
+        write("flex (CPU A, 2 cores)", "avx2");
         std::fs::remove_file(dir.path().join("env.json")).expect("rm env");
         forget_other_machines_step_times(dir.path(), None, &now).expect("removed");
         assert!(
