@@ -51,6 +51,12 @@ builtin_configs!(
     "gqa_fig5",
 );
 
+/// The LM sweeps (their binaries' `main` is [`crate::lm_sweep_main`]): the experiments whose runs
+/// can train in `--jobs` worker processes.
+pub const LM_SWEEPS: &[&str] = &[
+    "fig5", "fig6", "table3", "fig7", "table5", "fig8", "table1", "table2", "fig3",
+];
+
 /// How many `extends` links a config may chain (a cycle is an error, not a hang).
 const MAX_DEPTH: usize = 8;
 

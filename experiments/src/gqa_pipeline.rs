@@ -36,7 +36,7 @@ use training::t5_task::{
     FineTuneTask, RandomCopyTask, SpanCorruptionTask, first_examples, generate, pad_batch,
 };
 use training::trainer::{
-    KeepModel, MetricsRow, RunOptions, Task, TrainConfig, stop_on_ctrl_c, train,
+    KeepModel, MetricsRow, Progress, RunOptions, Task, TrainConfig, stop_on_ctrl_c, train,
 };
 use training::write_atomic;
 
@@ -664,6 +664,7 @@ impl Stage<'_> {
             stop: self.stop.clone(),
             flops_per_step: self.flops_per_step,
             label: self.label.clone(),
+            progress: Progress::Auto,
         };
         let devices = std::slice::from_ref(self.device);
         let outcome = train(&self.train, init, task, devices, &self.dir, &opts)?;

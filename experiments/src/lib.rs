@@ -84,6 +84,11 @@ pub struct Cli {
     /// Print what each run needs (and with `step`, take one real step of each model) instead of
     /// running.
     pub dry_run: Option<dry_run::DryRun>,
+    /// The LM sweeps' worker processes (`--jobs N`; 1: the command trains its runs itself).
+    pub jobs: usize,
+    /// Set in a worker process of `--jobs`: its number, 1..=N (it trains the runs it can claim
+    /// and exits; the command that started it collects, calibrates and renders).
+    pub worker: Option<usize>,
 }
 
 /// The options as clap parses them; [`Cli`] adds the defaults that depend on the experiment.
@@ -126,6 +131,15 @@ struct Args {
     /// of each model with one sequence per batch.
     #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, require_equals = true, default_missing_value = "plan")]
     dry_run: Option<dry_run::DryRun>,
+    /// Train the LM sweeps' runs in N worker processes side by side, each with its share of the
+    /// CPU's threads (RAYON_NUM_THREADS = cores / N unless set): a 2-core machine finishes a sweep
+    /// sooner with two one-thread workers than with one two-thread process, and a run trains to
+    /// the same bits on any thread count. Then this command calibrates and renders as usual.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = positive_count)]
+    jobs: usize,
+    /// A worker of `--jobs` (set by the command that starts it, never by hand).
+    #[arg(long, value_name = "K", hide = true)]
+    worker: Option<usize>,
 }
 
 fn parse_backend(s: &str) -> Result<Backend> {
@@ -213,6 +227,8 @@ impl Cli {
             store,
             report_only: a.report,
             dry_run: a.dry_run,
+            jobs: a.jobs,
+            worker: a.worker,
         })
     }
 
@@ -351,10 +367,32 @@ fn parse_value(raw: &str) -> toml::Value {
 /// (denormals flushed to zero, freed memory kept for reuse), turning errors into one line on
 /// stderr and exit status 1.
 pub fn main_with(id: &'static str, body: impl FnOnce(Cli) -> Result<()>) {
+    main_of(id, WorkerProcesses::Refused, body);
+}
+
+/// Whether an experiment can train in `--jobs` worker processes.
+enum WorkerProcesses {
+    /// The LM sweeps: their runs are independent.
+    Allowed,
+    /// Everything else: `--jobs N > 1` is refused rather than ignored.
+    Refused,
+}
+
+fn main_of(id: &'static str, workers: WorkerProcesses, body: impl FnOnce(Cli) -> Result<()>) {
     model::runtime::configure();
     // `--help` prints and exits 0; a usage error prints clap's message and exits 2.
     let cli = Cli::try_parse(id, std::env::args().skip(1)).unwrap_or_else(|e| e.exit());
-    if let Err(e) = body(cli) {
+    let refused = matches!(workers, WorkerProcesses::Refused) && cli.jobs > 1;
+    let outcome = if refused {
+        Err(anyhow::anyhow!(
+            "--jobs {}: `{id}` runs in one process; the LM sweeps ({}) train their runs in worker processes",
+            cli.jobs,
+            configs::LM_SWEEPS.join(", ")
+        ))
+    } else {
+        body(cli)
+    };
+    if let Err(e) = outcome {
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
         eprintln!("error: {}", chain.join(": "));
         std::process::exit(1);
@@ -364,7 +402,7 @@ pub fn main_with(id: &'static str, body: impl FnOnce(Cli) -> Result<()>) {
 /// The `main` of an LM-sweep experiment (`fig5`, `fig6`, `table3`, ...): [`lm_sweep::run`] with
 /// the experiment's built-in configs ([`configs::builtin`]).
 pub fn lm_sweep_main(id: &'static str) {
-    main_with(id, |cli| {
+    main_of(id, WorkerProcesses::Allowed, |cli| {
         lm_sweep::run(cli, &|profile| {
             configs::builtin(id, profile).expect("every LM sweep has built-in configs")
         })

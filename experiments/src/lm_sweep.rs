@@ -3,8 +3,10 @@
 //! device-hours, and the speedup to reach the baseline's final perplexity. One library for the
 //! three experiments; each binary only picks its configs.
 
-use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use data::registry::{self, Split};
@@ -16,10 +18,11 @@ use serde::{Deserialize, Serialize};
 use training::lm_task::{CausalLmTask, LmData, MaskedLmTask};
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
+
 use training::trainer::{
-    KeepModel, MetricsRow, RunOptions, Stepper, TrainConfig, stop_on_ctrl_c, train,
+    KeepModel, MetricsRow, Progress, RunOptions, Stepper, TrainConfig, stop_on_ctrl_c, train,
 };
-use training::{write_atomic, write_json};
+use training::{Provenance, write_atomic, write_json};
 
 use crate::dry_run::{DryRun, RunPlan};
 use crate::run_store;
@@ -213,7 +216,13 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     // Before anything is written or a tokenizer trained: a device count the backend cannot give,
     // or a batch it does not divide at some context, is refused up front.
     let devices = cli.train_devices()?;
-    let device = devices[0].clone();
+    if cli.jobs > 1 && devices.len() > 1 {
+        bail!(
+            "--jobs {} with --devices {}: give one of them (worker processes each train one run on one device)",
+            cli.jobs,
+            devices.len()
+        );
+    }
     for &context in &config.contexts {
         split_batch(config.tokens_per_batch, context, devices.len())?;
     }
@@ -235,94 +244,263 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             run_model_config(&config, m, context, tok.vocab_size())?;
         }
     }
-    std::fs::create_dir_all(&cli.out)
-        .with_context(|| format!("cannot create {}", cli.out.display()))?;
-    // Read before this command's env.json replaces the one that names the calibration's machine.
-    forget_other_machines_step_times(&cli.out, cli.output_machine(), &cli.machine())?;
-    let provenance = cli.save_provenance(&config)?;
-    write_atomic(
-        &cli.out.join("data.json"),
-        serde_json::to_string_pretty(&serde_json::json!({
-            "dataset": spec.name, "train_split": "train", "eval_split": "validation",
-            "train_files": train_files, "eval_files": eval_files, "tokenizer": tok_description,
-            "run_store": cli.store,
-        }))?
-        .as_bytes(),
-    )?;
     let stop = stop_on_ctrl_c();
+    let plan = plan_runs(&config, &models, &data, devices.len(), &cli.store)?;
+    let (provenance, progress) = match cli.worker {
+        // A worker of `--jobs` trains what it can claim; the command that started it writes the
+        // output directory. Its runs' provenance names that command (without `--worker K`).
+        Some(_) => {
+            let mut provenance = Provenance::collect(cli.device_description());
+            let args: Vec<String> = std::env::args().collect();
+            provenance.command = args[..args.len().saturating_sub(2)].join(" ");
+            (provenance, Progress::Lines)
+        }
+        None => {
+            std::fs::create_dir_all(&cli.out)
+                .with_context(|| format!("cannot create {}", cli.out.display()))?;
+            // Read before this command's env.json replaces the one that names the calibration's
+            // machine.
+            forget_other_machines_step_times(&cli.out, cli.output_machine(), &cli.machine())?;
+            let provenance = cli.save_provenance(&config)?;
+            write_atomic(
+                &cli.out.join("data.json"),
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "dataset": spec.name, "train_split": "train", "eval_split": "validation",
+                    "train_files": train_files, "eval_files": eval_files, "tokenizer": tok_description,
+                    "run_store": cli.store,
+                }))?
+                .as_bytes(),
+            )?;
+            (provenance, Progress::Auto)
+        }
+    };
+    let trainer = RunTrainer {
+        config: &config,
+        data: &data,
+        devices: &devices,
+        provenance: &provenance,
+        stop,
+        progress,
+    };
+    if let Some(worker) = cli.worker {
+        return train_as_worker(&trainer, &plan, worker);
+    }
+    if cli.jobs > 1 {
+        run_workers(&cli, &plan, config.steps)?;
+    }
     let mut rows: Vec<SweepRow> = Vec::new();
-    for &context in &config.contexts {
-        for m in &models {
-            for &seed in &m.seeds {
-                let RunSpec {
-                    model_config,
-                    train_config,
-                    batch,
-                    device_batch,
-                    eval_windows,
-                    identity,
-                } = run_spec(&config, m, (context, seed), &data, devices.len())?;
-                let run_dir = run_store::run_dir(&cli.store, m.arch.name(), context, &identity);
-                run_store::claim(&run_dir, &identity)?;
-                let run_name = run_dir
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                let label = format!("{} @ {context}, seed {seed}", m.name);
-                let metrics = match finished_metrics(&run_dir, config.steps)? {
-                    Some(done) => {
-                        eprintln!("{label}: finished run {}", run_dir.display());
-                        done
-                    }
-                    None => {
-                        device.seed(seed);
-                        let model = model_config.init(config.objective.direction(), &device);
-                        let opts = RunOptions {
-                            stop: stop.clone(),
-                            flops_per_step: model_config
-                                .train_flops_per_step(batch * config.grad_accum, context),
-                            label,
-                        };
-                        let data = data.clone();
-                        let windows = eval_windows;
-                        let outcome = match config.objective {
-                            Objective::Causal => {
-                                let mut task =
-                                    CausalLmTask::new(data, device_batch, context, windows)?;
-                                train(&train_config, model, &mut task, &devices, &run_dir, &opts)?
-                            }
-                            Objective::Masked => {
-                                let mut task =
-                                    MaskedLmTask::new(data, device_batch, context, windows, seed)?;
-                                train(&train_config, model, &mut task, &devices, &run_dir, &opts)?
-                            }
-                        };
-                        // The run's provenance (commit, device, date, command) beside its rows.
-                        write_json(&run_dir.join("env.json"), &provenance)?;
-                        if outcome.interrupted || stop.load(Ordering::SeqCst) {
+    for run in &plan {
+        let metrics = match finished_metrics(&run.dir, config.steps)? {
+            Some(done) => {
+                eprintln!("{}: finished run {}", run.label, run.dir.display());
+                done
+            }
+            None => {
+                // Another process training this run (a second sweep on the same store) finishes
+                // it first; this one then reuses it.
+                let _lock = run_store::lock_training(&run.dir, Duration::from_secs(10))?;
+                match finished_metrics(&run.dir, config.steps)? {
+                    Some(done) => done,
+                    None => match trainer.train(run, &run.label)? {
+                        Some(done) => done,
+                        None => {
                             write_rows(&cli.out, &rows)?;
                             bail!(
                                 "interrupted; run the same command again to resume from the checkpoint in {}",
-                                run_dir.display()
+                                run.dir.display()
                             );
                         }
-                        outcome.rows
-                    }
-                };
-                rows.extend(metrics.into_iter().map(|metrics| SweepRow {
-                    model: m.name.clone(),
-                    context,
-                    seed,
-                    run: run_name.clone(),
-                    metrics,
-                }));
-                write_rows(&cli.out, &rows)?;
+                    },
+                }
             }
-        }
+        };
+        rows.extend(metrics.into_iter().map(|metrics| SweepRow {
+            model: run.model.clone(),
+            context: run.context,
+            seed: run.seed,
+            run: run.name.clone(),
+            metrics,
+        }));
+        write_rows(&cli.out, &rows)?;
     }
     calibrate_step_times(&config, &models, &data, &devices, &cli.out)?;
     render(&cli.out, &table, Some(&config))?;
     eprintln!("wrote {} ({})", cli.out.display(), provenance.device);
+    Ok(())
+}
+
+/// One run of a sweep as planned: what trains, and where it lives in the store.
+struct PlannedRun {
+    /// The model's name in the sweep (a variant's name for the ablations).
+    model: String,
+    context: usize,
+    seed: u64,
+    spec: RunSpec,
+    dir: PathBuf,
+    /// The directory's name, the `run` column of the sweep's rows.
+    name: String,
+    /// "model @ context, seed s", for progress lines.
+    label: String,
+    /// Training FLOPs of the whole run: the `--jobs` workers take the costliest first.
+    flops: f64,
+}
+
+/// Every run of the sweep in its order (contexts, then models, then seeds), each directory
+/// claimed in `store` (created with its `run_config.json`, or checked to hold the same run).
+fn plan_runs(
+    config: &LmSweepConfig,
+    models: &[SweepModel],
+    data: &LmData,
+    devices: usize,
+    store: &Path,
+) -> Result<Vec<PlannedRun>> {
+    let mut plan = Vec::new();
+    for &context in &config.contexts {
+        for m in models {
+            for &seed in &m.seeds {
+                let spec = run_spec(config, m, (context, seed), data, devices)?;
+                let dir = run_store::run_dir(store, m.arch.name(), context, &spec.identity);
+                run_store::claim(&dir, &spec.identity)?;
+                let flops = spec
+                    .model_config
+                    .train_flops_per_step(spec.batch * config.grad_accum, context)
+                    * config.steps as f64;
+                plan.push(PlannedRun {
+                    model: m.name.clone(),
+                    context,
+                    seed,
+                    name: dir
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    label: format!("{} @ {context}, seed {seed}", m.name),
+                    spec,
+                    dir,
+                    flops,
+                });
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// What every run of a sweep trains with.
+struct RunTrainer<'a> {
+    config: &'a LmSweepConfig,
+    data: &'a LmData,
+    devices: &'a [burn::tensor::Device],
+    /// Saved as each trained run's `env.json`.
+    provenance: &'a Provenance,
+    stop: Arc<AtomicBool>,
+    progress: Progress,
+}
+
+impl RunTrainer<'_> {
+    /// Trains `run` (from its checkpoint, if it has one) and gives its rows, or none when it was
+    /// interrupted (Ctrl-C): then its checkpoint is in place for the next command.
+    fn train(&self, run: &PlannedRun, label: &str) -> Result<Option<Vec<MetricsRow>>> {
+        let (config, spec, device) = (self.config, &run.spec, &self.devices[0]);
+        device.seed(run.seed);
+        let model = spec.model_config.init(config.objective.direction(), device);
+        let opts = RunOptions {
+            stop: self.stop.clone(),
+            flops_per_step: spec
+                .model_config
+                .train_flops_per_step(spec.batch * config.grad_accum, run.context),
+            label: label.to_string(),
+            progress: self.progress,
+        };
+        let (data, windows, devices) = (self.data.clone(), spec.eval_windows, self.devices);
+        let (train_config, dir) = (&spec.train_config, &run.dir);
+        let outcome = match config.objective {
+            Objective::Causal => {
+                let mut task = CausalLmTask::new(data, spec.device_batch, run.context, windows)?;
+                train(train_config, model, &mut task, devices, dir, &opts)?
+            }
+            Objective::Masked => {
+                let mut task =
+                    MaskedLmTask::new(data, spec.device_batch, run.context, windows, run.seed)?;
+                train(train_config, model, &mut task, devices, dir, &opts)?
+            }
+        };
+        // The run's provenance (commit, device, date, command) beside its rows.
+        write_json(&run.dir.join("env.json"), self.provenance)?;
+        let interrupted = outcome.interrupted || self.stop.load(Ordering::SeqCst);
+        Ok((!interrupted).then_some(outcome.rows))
+    }
+}
+
+/// A `--jobs` worker's loop: trains every unfinished run of `plan` that no other process
+/// trains, the costliest first (so that the workers end at about the same time), then exits.
+fn train_as_worker(trainer: &RunTrainer, plan: &[PlannedRun], worker: usize) -> Result<()> {
+    let steps = trainer.config.steps;
+    let mut order: Vec<&PlannedRun> = plan.iter().collect();
+    order.sort_by(|a, b| b.flops.total_cmp(&a.flops));
+    for run in order {
+        if finished_metrics(&run.dir, steps)?.is_some() {
+            continue;
+        }
+        let Ok(_lock) = run_store::try_lock_training(&run.dir)? else {
+            continue; // another worker trains it
+        };
+        if finished_metrics(&run.dir, steps)?.is_some() {
+            continue; // finished while this worker looked
+        }
+        let label = format!("[worker {worker}] {}", run.label);
+        eprintln!("{label}: training in {}", run.dir.display());
+        if trainer.train(run, &label)?.is_none() {
+            bail!(
+                "{label}: interrupted; run the same command again to resume from the checkpoint in {}",
+                run.dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Trains the sweep's unfinished runs in `cli.jobs` worker processes (this program again, with
+/// `--worker K`), each with its share of the CPU's threads unless `RAYON_NUM_THREADS` is set,
+/// and waits for them all.
+fn run_workers(cli: &Cli, plan: &[PlannedRun], steps: usize) -> Result<()> {
+    let mut unfinished = 0;
+    for run in plan {
+        if finished_metrics(&run.dir, steps)?.is_none() {
+            unfinished += 1;
+        }
+    }
+    if unfinished == 0 {
+        return Ok(());
+    }
+    let jobs = cli.jobs.min(unfinished);
+    let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / jobs).max(1).to_string()
+    });
+    let exe = std::env::current_exe().context("cannot find this program to start its workers")?;
+    eprintln!("training {unfinished} runs in {jobs} worker processes, {threads} thread(s) each");
+    let mut workers = Vec::new();
+    for k in 1..=jobs {
+        let child = std::process::Command::new(&exe)
+            .args(std::env::args().skip(1))
+            .args(["--worker", &k.to_string()])
+            .env("RAYON_NUM_THREADS", &threads)
+            .spawn()
+            .with_context(|| format!("cannot start worker {k} ({})", exe.display()))?;
+        workers.push((k, child));
+    }
+    let mut failed = Vec::new();
+    for (k, mut child) in workers {
+        let status = child.wait().with_context(|| format!("worker {k}"))?;
+        if !status.success() {
+            failed.push(format!("worker {k} ({status})"));
+        }
+    }
+    if !failed.is_empty() {
+        bail!(
+            "{} stopped before its runs finished (see above); run the same command again to resume from the runs' checkpoints",
+            failed.join(", ")
+        );
+    }
     Ok(())
 }
 

@@ -26,7 +26,7 @@ use training::lm_task::LmData;
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
 use training::trainer::{
-    KeepModel, MetricsRow, RunOptions, Stepper, TrainConfig, stop_on_ctrl_c, train,
+    KeepModel, MetricsRow, Progress, RunOptions, Stepper, TrainConfig, stop_on_ctrl_c, train,
 };
 use training::write_json;
 
@@ -202,6 +202,9 @@ fn pretrain_cli(cli: &Cli, config: &Table4Config) -> Result<Cli> {
         store: cli.store.clone(),
         report_only: cli.report_only,
         dry_run: cli.dry_run,
+        // table4 trains its pre-training runs itself (`--jobs` is the LM sweeps' option).
+        jobs: 1,
+        worker: None,
     })
 }
 
@@ -382,6 +385,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
                     stop: stop.clone(),
                     flops_per_step: 0.0,
                     label: label.clone(),
+                    progress: Progress::Auto,
                 };
                 let outcome = train(&train_cfg, model, &mut task, &devices, &ft_dir, &opts)?;
                 write_json(&ft_dir.join("env.json"), &provenance)?;

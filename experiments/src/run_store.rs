@@ -73,33 +73,44 @@ fn process_runs(pid: u32) -> bool {
 
 /// Takes `dir`'s training lock, waiting (checking every `poll`) while a running process holds it,
 /// so that experiments sharing a stage directory can run at once: the second waits for the first
-/// to finish the shared stage and then reuses it. A lock whose holder has exited (killed, or the
-/// machine restarted) is taken over. The lock file appears with its content at once (written
-/// aside, then hard-linked into place, which fails when the name exists).
+/// to finish the shared stage and then reuses it.
 pub fn lock_training(dir: &Path, poll: Duration) -> Result<TrainingLock> {
+    let mut announced = false;
+    loop {
+        match try_lock_training(dir)? {
+            Ok(lock) => return Ok(lock),
+            Err(other) => {
+                if !announced {
+                    eprintln!(
+                        "{}: process {other} is training this stage; waiting for it (delete {} if no such process runs)",
+                        dir.display(),
+                        dir.join("training.lock").display()
+                    );
+                    announced = true;
+                }
+                std::thread::sleep(poll);
+            }
+        }
+    }
+}
+
+/// Takes `dir`'s training lock if no running process holds it, else gives the holder's process
+/// id (the `--jobs` workers skip a run another worker trains). A lock whose holder has exited
+/// (killed, or the machine restarted) is taken over. The lock file appears with its content at
+/// once (written aside, then hard-linked into place, which fails when the name exists).
+pub fn try_lock_training(dir: &Path) -> Result<std::result::Result<TrainingLock, u32>> {
     let path = dir.join("training.lock");
     let pid = std::process::id();
     let mine = dir.join(format!("training.lock.{pid}"));
     std::fs::write(&mine, pid.to_string())
         .with_context(|| format!("cannot write {}", mine.display()))?;
-    let mut announced = false;
     let outcome = loop {
         match std::fs::hard_link(&mine, &path) {
-            Ok(()) => break Ok(TrainingLock { path }),
+            Ok(()) => break Ok(Ok(TrainingLock { path })),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 let holder = std::fs::read_to_string(&path).ok();
                 match holder.as_deref().map(str::trim).map(str::parse::<u32>) {
-                    Some(Ok(other)) if process_runs(other) => {
-                        if !announced {
-                            eprintln!(
-                                "{}: process {other} is training this stage; waiting for it (delete {} if no such process runs)",
-                                dir.display(),
-                                path.display()
-                            );
-                            announced = true;
-                        }
-                        std::thread::sleep(poll);
-                    }
+                    Some(Ok(other)) if process_runs(other) => break Ok(Err(other)),
                     // Its holder has exited (or it vanished meanwhile): take it over, unless it
                     // changed hands since it was read.
                     _ => {
@@ -120,8 +131,8 @@ pub fn lock_training(dir: &Path, poll: Duration) -> Result<TrainingLock> {
 mod tests {
     use super::*;
 
-    /// A second taker waits until the holder drops the lock; a lock left by a process that has
-    /// exited is taken over at once.
+    /// A second taker waits until the holder drops the lock (or, trying, is told the holder); a
+    /// lock left by a process that has exited is taken over at once.
     #[test]
     fn training_lock_waits_for_its_holder_and_takes_over_a_dead_ones() {
         use std::sync::atomic::{AtomicBool, Ordering};
@@ -129,6 +140,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let released = std::sync::Arc::new(AtomicBool::new(false));
         let first = lock_training(&dir, Duration::from_millis(5)).unwrap();
+        assert_eq!(
+            try_lock_training(&dir).unwrap().err(),
+            Some(std::process::id()),
+            "a held lock is refused to a try, naming its holder"
+        );
         let holder = {
             let released = released.clone();
             std::thread::spawn(move || {
@@ -149,6 +165,10 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let dead = child.id();
         child.wait().unwrap();
+        std::fs::write(dir.join("training.lock"), dead.to_string()).unwrap();
+        let tried = try_lock_training(&dir).unwrap();
+        assert!(tried.is_ok(), "a dead holder's lock is taken over by a try");
+        drop(tried);
         std::fs::write(dir.join("training.lock"), dead.to_string()).unwrap();
         let taken = lock_training(&dir, Duration::from_secs(3600)).unwrap();
         assert_eq!(

@@ -77,6 +77,33 @@ fn final_logits(run: &Path) -> Vec<f32> {
         .unwrap()
 }
 
+/// Asserts that stores `a` and `b` hold the same two runs, each trained to the same untimed
+/// `metrics.csv` and final weights; gives `b`'s run directories.
+fn assert_same_runs(a: &Path, b: &Path) -> Vec<PathBuf> {
+    let (a, b) = (common::store_runs(a), common::store_runs(b));
+    let names = |d: &[PathBuf]| -> Vec<String> {
+        d.iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert_eq!(names(&a), names(&b));
+    assert_eq!(a.len(), 2);
+    for (a, b) in a.iter().zip(&b) {
+        assert_eq!(
+            untimed_metrics(&a.join("metrics.csv")),
+            untimed_metrics(&b.join("metrics.csv")),
+            "{}",
+            b.display()
+        );
+        assert!(
+            final_logits(a) == final_logits(b),
+            "{}: the final weights differ",
+            b.display()
+        );
+    }
+    b
+}
+
 fn killed(out: &Output) -> bool {
     use std::os::unix::process::ExitStatusExt;
     out.status.signal().is_some()
@@ -151,29 +178,7 @@ fn killed_and_restarted_runs_end_as_uninterrupted_ones() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let (a, b) = (
-        common::store_runs(&clean.join("store")),
-        common::store_runs(&faulty.join("store")),
-    );
-    let names = |d: &[PathBuf]| -> Vec<String> {
-        d.iter()
-            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-            .collect()
-    };
-    assert_eq!(names(&a), names(&b));
-    assert_eq!(a.len(), 2);
-    for (a, b) in a.iter().zip(&b) {
-        assert_eq!(
-            untimed_metrics(&a.join("metrics.csv")),
-            untimed_metrics(&b.join("metrics.csv")),
-            "{}",
-            b.display()
-        );
-        assert!(
-            final_logits(a) == final_logits(b),
-            "{}: the final weights differ",
-            b.display()
-        );
+    for b in assert_same_runs(&clean.join("store"), &faulty.join("store")) {
         assert!(!b.join("checkpoint.tmp").exists() && !b.join("checkpoint.old").exists());
     }
     assert_eq!(
@@ -201,5 +206,65 @@ fn killed_and_restarted_runs_end_as_uninterrupted_ones() {
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// `--jobs 2`: two worker processes train the sweep's runs side by side and end as one process
+/// does (every run's untimed `metrics.csv`, its final weights, the sweep's rows); workers killed
+/// mid-run fail the command with exit status 1, and the same command resumes them; each run's
+/// `env.json` names the command the user typed, not the worker's.
+#[test]
+fn worker_processes_train_what_one_process_trains() {
+    let root = std::env::temp_dir().join(format!("jobs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let corpus = root.join("corpus");
+    common::tiny_corpus(&corpus);
+    let (one, two) = (root.join("one"), root.join("two"));
+    let out = fig6(&one, &corpus).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Both workers abort at their run's 5th step (after the checkpoint of step 4).
+    let out = fig6(&two, &corpus)
+        .args(["--jobs", "2"])
+        .env(training::trainer::FAULT_ENV, "step@5")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("stopped before its runs finished"),
+        "{stderr}"
+    );
+    let out = fig6(&two, &corpus).args(["--jobs", "2"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("[worker 1]"), "{stderr}");
+    assert!(
+        stderr.contains("at step 4\n"),
+        "resumed from the checkpoint: {stderr}"
+    );
+
+    for b in assert_same_runs(&one.join("store"), &two.join("store")) {
+        let env: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(b.join("env.json")).unwrap()).unwrap();
+        let command = env["command"].as_str().unwrap();
+        assert!(
+            command.ends_with("--jobs 2") && !command.contains("--worker"),
+            "{command}"
+        );
+        assert!(
+            !b.join("training.lock").exists(),
+            "{}: lock left behind",
+            b.display()
+        );
+    }
+    assert_eq!(
+        untimed_metrics(&one.join("out/metrics.csv")),
+        untimed_metrics(&two.join("out/metrics.csv"))
+    );
     std::fs::remove_dir_all(&root).unwrap();
 }

@@ -223,6 +223,19 @@ pub struct RunOptions {
     pub flops_per_step: f64,
     /// Label for progress lines.
     pub label: String,
+    /// How progress shows.
+    pub progress: Progress,
+}
+
+/// How a run shows its progress on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// A bar with the step count and ETA when stderr is a terminal, a line per evaluation
+    /// otherwise.
+    Auto,
+    /// A line per evaluation always: processes sharing one terminal (the `--jobs` workers) would
+    /// draw their bars over each other.
+    Lines,
 }
 
 /// How a run ended, and the model it ended with.
@@ -508,7 +521,7 @@ where
     };
     task.restore(run.task.clone())?;
 
-    let bar = std::io::stderr().is_terminal().then(|| {
+    let bar = (opts.progress == Progress::Auto && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(cfg.steps as u64);
         bar.set_style(
             indicatif::ProgressStyle::with_template(

@@ -14,7 +14,7 @@ use model::{Architecture, Direction, LanguageModel, ModelConfig};
 use training::lm_task::{CausalLmTask, LmData, MaskedLmTask};
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
-use training::trainer::{KeepModel, RunOptions, Task, TrainConfig, train};
+use training::trainer::{KeepModel, Progress, RunOptions, Task, TrainConfig, train};
 
 fn corpus(dir: &Path) {
     for split in ["train", "validation"] {
@@ -122,6 +122,7 @@ fn data_parallel_replicas_equal_gradient_accumulation() {
             stop: Arc::new(AtomicBool::new(false)),
             flops_per_step: 1e6,
             label: name.into(),
+            progress: Progress::Auto,
         };
         let mut task = CausalLmTask::new(data.clone(), 2, 32, 4).unwrap();
         train(
@@ -180,6 +181,7 @@ fn check_resume<T: Task<LanguageModel>>(dir: &Path, task: impl Fn() -> T, direct
         stop,
         flops_per_step: 1e6,
         label: "test".into(),
+        progress: Progress::Auto,
     };
 
     let whole_dir = dir.join("whole");
@@ -306,6 +308,7 @@ fn keep_best_eval_returns_the_model_of_the_lowest_held_out_loss() {
         stop,
         flops_per_step: 1e6,
         label: "best".into(),
+        progress: Progress::Auto,
     };
     let never = || Arc::new(AtomicBool::new(false));
     let scripted = |evals: usize| ScriptedEval {

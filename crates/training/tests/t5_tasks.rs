@@ -17,7 +17,7 @@ use model::t5::{T5Config, T5Model};
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
 use training::t5_task::{FineTuneTask, SpanCorruptionTask, generate};
-use training::trainer::{KeepModel, RunOptions, Task, TrainConfig, train};
+use training::trainer::{KeepModel, Progress, RunOptions, Task, TrainConfig, train};
 
 fn write(dir: &Path, file: &str, columns: Vec<(&str, Vec<String>)>) {
     let columns = columns
@@ -84,6 +84,7 @@ fn options(stop: Arc<AtomicBool>) -> RunOptions {
         stop,
         flops_per_step: 1e6,
         label: "t5".into(),
+        progress: Progress::Auto,
     }
 }
 
