@@ -16,7 +16,7 @@ features := env_var_or_default("REPRO_FEATURES", "")
 default:
     @just --list
 
-# Run one experiment: `just repro table11 --profile cpu` (profiles: smoke, cpu, paper; more options: --device, --config, --set key=value, --out, --report)
+# Run one experiment: `just repro table11 --profile cpu` (profiles: smoke, cpu, paper; more options: --device, --config, --set key=value, --out, --report; the LM sweeps: --jobs N, --store)
 repro id *args:
     @if ! echo " {{experiments}} " | grep -q " {{id}} "; then echo "error: unknown experiment \`{{id}}\`; known: {{experiments}}" >&2; exit 2; fi
     @if ! echo " {{synthetic}} " | grep -q " {{id}} "; then test -f {{corpus}}/data/train-00000-of-00001.parquet || just data; fi
