@@ -341,8 +341,9 @@ struct PlannedRun {
     name: String,
     /// "model @ context, seed s", for progress lines.
     label: String,
-    /// Training FLOPs of the whole run: the `--jobs` workers take the costliest first.
-    flops: f64,
+    /// Training FLOPs of one optimizer step (the trainer's `flops` column; times the steps, the
+    /// cost by which the `--jobs` workers take the costliest run first).
+    flops_per_step: f64,
 }
 
 /// Every run of the sweep in its order (contexts, then models, then seeds), each directory
@@ -361,10 +362,9 @@ fn plan_runs(
                 let spec = run_spec(config, m, (context, seed), data, devices)?;
                 let dir = run_store::run_dir(store, m.arch.name(), context, &spec.identity);
                 run_store::claim(&dir, &spec.identity)?;
-                let flops = spec
+                let flops_per_step = spec
                     .model_config
-                    .train_flops_per_step(spec.batch * config.grad_accum, context)
-                    * config.steps as f64;
+                    .train_flops_per_step(spec.batch * config.grad_accum, context);
                 plan.push(PlannedRun {
                     model: m.name.clone(),
                     context,
@@ -376,7 +376,7 @@ fn plan_runs(
                     label: format!("{} @ {context}, seed {seed}", m.name),
                     spec,
                     dir,
-                    flops,
+                    flops_per_step,
                 });
             }
         }
@@ -404,9 +404,7 @@ impl RunTrainer<'_> {
         let model = spec.model_config.init(config.objective.direction(), device);
         let opts = RunOptions {
             stop: self.stop.clone(),
-            flops_per_step: spec
-                .model_config
-                .train_flops_per_step(spec.batch * config.grad_accum, run.context),
+            flops_per_step: run.flops_per_step,
             label: label.to_string(),
             progress: self.progress,
         };
@@ -435,7 +433,8 @@ impl RunTrainer<'_> {
 fn train_as_worker(trainer: &RunTrainer, plan: &[PlannedRun], worker: usize) -> Result<()> {
     let steps = trainer.config.steps;
     let mut order: Vec<&PlannedRun> = plan.iter().collect();
-    order.sort_by(|a, b| b.flops.total_cmp(&a.flops));
+    // Every run has the same step count, so the costliest run has the costliest step.
+    order.sort_by(|a, b| b.flops_per_step.total_cmp(&a.flops_per_step));
     for run in order {
         if finished_metrics(&run.dir, steps)?.is_some() {
             continue;
