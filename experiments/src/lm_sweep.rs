@@ -118,7 +118,15 @@ pub struct LmSweepConfig {
     /// Optimizer steps per run.
     pub steps: usize,
     pub optimizer: OptimizerConfig,
+    /// Peak learning rate of every model not named in `peak_lr_by_model`.
     pub peak_lr: f64,
+    /// Peak learning rates of named models (names as in `models`, `one_seed_models` or
+    /// `variants`) that replace `peak_lr` for them, e.g. `{ transformer_plusplus = 0.002 }`. Not
+    /// in the paper's text (its hyperparameter tables are in the PDF only); for a scale at which
+    /// one rate does not suit every model, each model's rate chosen by a pilot that the config's
+    /// comment gives, so that no model is compared at a rate that handicaps it. Default: none.
+    #[serde(default)]
+    pub peak_lr_by_model: std::collections::BTreeMap<String, f64>,
     pub warmup_steps: usize,
     pub decay: Decay,
     /// Micro-batches per step.
@@ -558,7 +566,7 @@ fn run_spec(
     let (batch, device_batch) = split_batch(config.tokens_per_batch, context, devices)?;
     let eval_windows = (config.eval_tokens / context).max(1);
     let model_config = run_model_config(config, m, context, data.tok.vocab_size())?;
-    let train_config = run_train_config(config, seed);
+    let train_config = run_train_config(config, m, seed);
     let mut train_json = serde_json::to_value(&train_config)?;
     train_json
         .as_object_mut()
@@ -689,12 +697,26 @@ pub fn resolved_models(
         .collect()
 }
 
-/// How every run of the sweep trains, with `seed`.
-fn run_train_config(config: &LmSweepConfig, seed: u64) -> TrainConfig {
+/// The peak learning rate of the sweep's model `name`: its entry of `peak_lr_by_model`, else
+/// `peak_lr`.
+fn model_peak_lr(config: &LmSweepConfig, name: &str) -> f64 {
+    config
+        .peak_lr_by_model
+        .get(name)
+        .copied()
+        .unwrap_or(config.peak_lr)
+}
+
+/// How `m`'s runs of the sweep train, with `seed`.
+fn run_train_config(config: &LmSweepConfig, m: &SweepModel, seed: u64) -> TrainConfig {
     TrainConfig {
         steps: config.steps,
         optimizer: config.optimizer,
-        schedule: Schedule::new(config.peak_lr, config.warmup_steps, config.decay),
+        schedule: Schedule::new(
+            model_peak_lr(config, &m.name),
+            config.warmup_steps,
+            config.decay,
+        ),
         grad_accum: config.grad_accum,
         clip_norm: (config.clip_norm > 0.0).then_some(config.clip_norm),
         eval_every: config.eval_every,
@@ -752,9 +774,9 @@ fn calibrate_step_times(
             models.len(),
             config.timing_rounds
         );
-        let train_config = run_train_config(config, seed);
         let mut cells = Vec::new();
         for m in models {
+            let train_config = run_train_config(config, m, seed);
             let model_config = run_model_config(config, m, context, data.tok.vocab_size())?;
             devices[0].seed(seed);
             let model = model_config.init(config.objective.direction(), &devices[0]);
@@ -896,11 +918,12 @@ fn dry_run_sweep(
     }
     crate::dry_run::print(cli, "", &plans);
     if mode == DryRun::Step {
-        let train = TrainConfig {
-            grad_accum: 1,
-            ..run_train_config(config, config.seeds[0])
-        };
-        for (plan, model_config) in plans.iter().zip(&configs) {
+        let per_context = models.iter().cycle();
+        for ((plan, model_config), m) in plans.iter().zip(&configs).zip(per_context) {
+            let train = TrainConfig {
+                grad_accum: 1,
+                ..run_train_config(config, m, config.seeds[0])
+            };
             crate::dry_run::real_lm_step(plan, model_config, masked, &train, &devices[0])?;
         }
     }
@@ -1024,6 +1047,14 @@ fn sweep_models(config: &LmSweepConfig) -> Result<Vec<SweepModel<'_>>> {
             "baseline `{}` is not one of the models {names:?}",
             config.baseline
         );
+    }
+    for (name, &lr) in &config.peak_lr_by_model {
+        if !models.iter().any(|m| &m.name == name) {
+            bail!("peak_lr_by_model names `{name}`, which is not a model of the sweep");
+        }
+        if !(lr.is_finite() && lr > 0.0) {
+            bail!("peak_lr_by_model: `{name}` = {lr} must be a positive learning rate");
+        }
     }
     for c in &config.claimed_faster {
         if !models.iter().any(|m| &m.name == c) {
@@ -1393,8 +1424,8 @@ fn chunking_table(rows: &[SweepRow], all: &[Summary]) -> String {
 #[cfg(test)]
 mod tests {
     use super::{
-        STEP_TIMES, forget_other_machines_step_times, model_from_identity, model_identity,
-        split_batch,
+        LmSweepConfig, STEP_TIMES, forget_other_machines_step_times, model_from_identity,
+        model_identity, run_train_config, split_batch, sweep_models,
     };
     use crate::read_machine;
     use model::ModelConfig;
@@ -1434,6 +1465,53 @@ mod tests {
             !times.exists(),
             "a calibration of unknown origin is removed"
         );
+    }
+
+    /// fig5's cpu sweep as the binary resolves it, with `extra` (TOML fields) replacing its own.
+    fn fig5_cpu(extra: &str) -> LmSweepConfig {
+        let profile = crate::Profile::Cpu;
+        let text = crate::configs::builtin("fig5", profile).expect("fig5 cpu");
+        let mut table =
+            crate::configs::resolve(text.parse().expect("toml"), profile, "fig5").expect("resolve");
+        table.extend(extra.parse::<toml::Table>().expect("extra"));
+        toml::Value::Table(table).try_into().expect("LmSweepConfig")
+    }
+
+    /// `peak_lr_by_model` changes the named model's schedule and no other's, and that model's run
+    /// is the one a sweep with that rate for every model trains (a pilot's runs are reused).
+    #[test]
+    fn peak_lr_by_model_sets_one_models_rate() {
+        let train = |config: &LmSweepConfig, name: &str| {
+            let models = sweep_models(config).expect("models");
+            let m = models.iter().find(|m| m.name == name).expect("model");
+            serde_json::to_value(run_train_config(config, m, 1)).expect("json")
+        };
+        let common = fig5_cpu("peak_lr = 0.003\npeak_lr_by_model = {}");
+        let by_model =
+            fig5_cpu("peak_lr = 0.003\npeak_lr_by_model = { transformer_plusplus = 0.002 }");
+        let all_low = fig5_cpu("peak_lr = 0.002\npeak_lr_by_model = {}");
+        assert_eq!(
+            train(&by_model, "transformer_plusplus"),
+            train(&all_low, "transformer_plusplus")
+        );
+        assert_ne!(
+            train(&by_model, "transformer_plusplus"),
+            train(&common, "transformer_plusplus")
+        );
+        for other in ["flash", "flash_quad", "performer"] {
+            assert_eq!(train(&by_model, other), train(&common, other), "{other}");
+        }
+        let peak = &train(&by_model, "transformer_plusplus")["schedule"]["peak_lr"];
+        assert_eq!(peak.as_f64(), Some(0.002));
+        // A name that is not a model of the sweep, or a rate that is not positive, is refused.
+        let unknown = fig5_cpu("peak_lr_by_model = { transformer_plus_plus = 0.002 }");
+        let err = sweep_models(&unknown)
+            .err()
+            .expect("unknown name refused")
+            .to_string();
+        assert!(err.contains("transformer_plus_plus"), "{err}");
+        let zero = fig5_cpu("peak_lr_by_model = { flash = 0.0 }");
+        assert!(sweep_models(&zero).is_err(), "a zero rate is refused");
     }
 
     /// Every run committed in `results/runs` keeps its name: its model configuration, read back
