@@ -221,6 +221,10 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         return render(&cli.out, &table, None);
     }
     let config: LmSweepConfig = cli.load_config(builtin)?;
+    // Said once, by the command typed (its `--jobs` workers run with the same arguments).
+    if let (None, Some(shadowed)) = (cli.worker, lr_set_shadowed(&cli.sets, &config)) {
+        eprintln!("warning: {shadowed}");
+    }
     // Before anything is written or a tokenizer trained: a device count the backend cannot give,
     // or a batch it does not divide at some context, is refused up front.
     let devices = cli.train_devices()?;
@@ -705,6 +709,20 @@ fn model_peak_lr(config: &LmSweepConfig, name: &str) -> f64 {
         .get(name)
         .copied()
         .unwrap_or(config.peak_lr)
+}
+
+/// A note when the command line sets `peak_lr` but the config's `peak_lr_by_model` keeps some
+/// models at their own rates (a pilot meant for every model would reuse their runs instead).
+fn lr_set_shadowed(sets: &[(String, String)], config: &LmSweepConfig) -> Option<String> {
+    let set_here = |key: &str| sets.iter().any(|(k, _)| k == key);
+    if !set_here("peak_lr") || set_here("peak_lr_by_model") || config.peak_lr_by_model.is_empty() {
+        return None;
+    }
+    let names: Vec<&String> = config.peak_lr_by_model.keys().collect();
+    Some(format!(
+        "--set peak_lr={} does not change {names:?}, which keep their rates from `peak_lr_by_model`; add --set 'peak_lr_by_model={{}}' to train every model at {}",
+        config.peak_lr, config.peak_lr
+    ))
 }
 
 /// How `m`'s runs of the sweep train, with `seed`.
@@ -1424,8 +1442,8 @@ fn chunking_table(rows: &[SweepRow], all: &[Summary]) -> String {
 #[cfg(test)]
 mod tests {
     use super::{
-        LmSweepConfig, STEP_TIMES, forget_other_machines_step_times, model_from_identity,
-        model_identity, run_train_config, split_batch, sweep_models,
+        LmSweepConfig, STEP_TIMES, forget_other_machines_step_times, lr_set_shadowed,
+        model_from_identity, model_identity, run_train_config, split_batch, sweep_models,
     };
     use crate::read_machine;
     use model::ModelConfig;
@@ -1512,6 +1530,21 @@ mod tests {
         assert!(err.contains("transformer_plus_plus"), "{err}");
         let zero = fig5_cpu("peak_lr_by_model = { flash = 0.0 }");
         assert!(sweep_models(&zero).is_err(), "a zero rate is refused");
+        // `--set peak_lr=…` alone is shadowed for the named models, and says so.
+        let set = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let warning = lr_set_shadowed(&set(&[("peak_lr", "0.0015")]), &by_model);
+        assert!(warning.is_some_and(|w| w.contains("transformer_plusplus")));
+        let both = set(&[("peak_lr", "0.0015"), ("peak_lr_by_model", "{}")]);
+        assert_eq!(lr_set_shadowed(&both, &by_model), None);
+        assert_eq!(
+            lr_set_shadowed(&set(&[("peak_lr", "0.0015")]), &common),
+            None
+        );
     }
 
     /// Every run committed in `results/runs` keeps its name: its model configuration, read back
