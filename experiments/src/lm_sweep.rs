@@ -904,7 +904,8 @@ fn dry_run_sweep(
     let masked = matches!(config.objective, Objective::Masked);
     let build_device = devices[0].clone().without_autodiff();
     let mut plans = Vec::new();
-    let mut configs = Vec::new();
+    // Each plan's model and its configuration, in the plans' order.
+    let mut built = Vec::new();
     for &context in &config.contexts {
         let (batch, device_batch) = split_batch(config.tokens_per_batch, context, devices.len())?;
         for m in models {
@@ -931,13 +932,12 @@ fn dry_run_sweep(
                     * config.steps as f64,
                 step_seconds: (!secs.is_empty()).then(|| crate::median(&mut secs)),
             });
-            configs.push(model_config);
+            built.push((m, model_config));
         }
     }
     crate::dry_run::print(cli, "", &plans);
     if mode == DryRun::Step {
-        let per_context = models.iter().cycle();
-        for ((plan, model_config), m) in plans.iter().zip(&configs).zip(per_context) {
+        for (plan, (m, model_config)) in plans.iter().zip(&built) {
             let train = TrainConfig {
                 grad_accum: 1,
                 ..run_train_config(config, m, config.seeds[0])
