@@ -70,14 +70,25 @@ fn act_forward(x: &[f32], bias: Option<&[f32]>, dim: usize, act: Activation) -> 
     out.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk))
         .for_each(|(o, x)| {
-            level.run(|| match bias {
-                Some(b) => o.chunks_mut(dim).zip(x.chunks(dim)).for_each(|(o, x)| {
-                    for ((o, &x), &b) in o.iter_mut().zip(x).zip(b) {
-                        *o = act.value(x + b);
+            // `for` loops, not `for_each`: an iterator's `fold` that LLVM leaves out of line is
+            // compiled for the baseline target, outside the level's features.
+            level.run(
+                #[inline(always)]
+                || match bias {
+                    Some(b) => {
+                        for (o, x) in o.chunks_mut(dim).zip(x.chunks(dim)) {
+                            for ((o, &x), &b) in o.iter_mut().zip(x).zip(b) {
+                                *o = act.value(x + b);
+                            }
+                        }
                     }
-                }),
-                None => o.iter_mut().zip(x).for_each(|(o, &x)| *o = act.value(x)),
-            })
+                    None => {
+                        for (o, &x) in o.iter_mut().zip(x) {
+                            *o = act.value(x);
+                        }
+                    }
+                },
+            )
         });
     out
 }
@@ -118,29 +129,32 @@ impl<const P: usize> Backward<Flex, P> for ActBackward {
             .zip(x.par_chunks(chunk))
             .zip(g.par_chunks(chunk))
             .map(|((o, x), g)| {
-                level.run(|| {
-                    let mut db = vec![0f32; if bias.is_some() { dim } else { 0 }];
-                    for ((o, x), g) in o.chunks_mut(dim).zip(x.chunks(dim)).zip(g.chunks(dim)) {
-                        match bias {
-                            // Zipped, not indexed: indexing the bias and its sums kept this
-                            // loop from vectorising (bounds checks).
-                            Some(b) => {
-                                let (ox, gb) = (o.iter_mut().zip(x), g.iter().zip(b));
-                                for (((o, &x), (&g, &b)), db) in ox.zip(gb).zip(db.iter_mut()) {
-                                    let d = g * act.derivative(x + b);
-                                    *o = d;
-                                    *db += d;
+                level.run(
+                    #[inline(always)]
+                    || {
+                        let mut db = vec![0f32; if bias.is_some() { dim } else { 0 }];
+                        for ((o, x), g) in o.chunks_mut(dim).zip(x.chunks(dim)).zip(g.chunks(dim)) {
+                            match bias {
+                                // Zipped, not indexed: indexing the bias and its sums kept this
+                                // loop from vectorising (bounds checks).
+                                Some(b) => {
+                                    let (ox, gb) = (o.iter_mut().zip(x), g.iter().zip(b));
+                                    for (((o, &x), (&g, &b)), db) in ox.zip(gb).zip(db.iter_mut()) {
+                                        let d = g * act.derivative(x + b);
+                                        *o = d;
+                                        *db += d;
+                                    }
                                 }
-                            }
-                            None => {
-                                for ((o, &x), &g) in o.iter_mut().zip(x).zip(g) {
-                                    *o = g * act.derivative(x);
+                                None => {
+                                    for ((o, &x), &g) in o.iter_mut().zip(x).zip(g) {
+                                        *o = g * act.derivative(x);
+                                    }
                                 }
                             }
                         }
-                    }
-                    db
-                })
+                        db
+                    },
+                )
             })
             // In order, serially: reproducible sums (see the rotary backward).
             .collect::<Vec<_>>()

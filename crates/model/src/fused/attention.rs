@@ -187,15 +187,20 @@ impl AttnInputs {
         let (s, level) = (self.s, self.level);
         let fix_row = |(r, row): (usize, &mut [f32])| {
             let i = i0 + r;
-            level.run(|| {
-                if let Some(bias) = bias {
-                    let brow = &bias[i * s..i * s + kmax];
-                    row.iter_mut().zip(brow).for_each(|(x, b)| *x += b);
-                }
-                if causal {
-                    row[i + 1..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
-                }
-            })
+            level.run(
+                #[inline(always)]
+                || {
+                    if let Some(bias) = bias {
+                        let brow = &bias[i * s..i * s + kmax];
+                        for (x, b) in row.iter_mut().zip(brow) {
+                            *x += b;
+                        }
+                    }
+                    if causal {
+                        row[i + 1..].fill(f32::NEG_INFINITY);
+                    }
+                },
+            )
         };
         if par == Threads::PerBatch {
             buf.chunks_mut(kmax).enumerate().for_each(fix_row);
@@ -267,11 +272,21 @@ fn attn_forward_one(
         if par == Threads::PerBatch {
             buf.chunks_mut(kmax)
                 .zip(lse_blk.iter_mut())
-                .for_each(|(row, l)| *l = level.run(|| score_row(score, row)));
+                .for_each(|(row, l)| {
+                    *l = level.run(
+                        #[inline(always)]
+                        || score_row(score, row),
+                    )
+                });
         } else {
             buf.par_chunks_mut(kmax)
                 .zip(lse_blk.par_iter_mut())
-                .for_each(|(row, l)| *l = level.run(|| score_row(score, row)));
+                .for_each(|(row, l)| {
+                    *l = level.run(
+                        #[inline(always)]
+                        || score_row(score, row),
+                    )
+                });
         }
         // SAFETY: buf is rows × kmax, v's kmax × dv rows are inside b's slice, out holds T × dv.
         unsafe {
@@ -385,25 +400,28 @@ fn attn_backward_one(
         let level = x.level;
         let row_fn = |(r, (p_row, d_row)): (usize, (&mut [f32], &mut [f32]))| {
             let i = i0 + r;
-            level.run(|| match score {
-                ScoreFn::Softmax => {
-                    let l = lse[i];
-                    let o = &out[i * dvw..(i + 1) * dvw];
-                    let g = &grad[i * dvw..(i + 1) * dvw];
-                    let delta = simd::dot(o, g);
-                    for (p, d) in p_row.iter_mut().zip(d_row.iter_mut()) {
-                        *p = fast_exp(*p - l);
-                        *d = *p * (*d - delta);
+            level.run(
+                #[inline(always)]
+                || match score {
+                    ScoreFn::Softmax => {
+                        let l = lse[i];
+                        let o = &out[i * dvw..(i + 1) * dvw];
+                        let g = &grad[i * dvw..(i + 1) * dvw];
+                        let delta = simd::dot(o, g);
+                        for (p, d) in p_row.iter_mut().zip(d_row.iter_mut()) {
+                            *p = fast_exp(*p - l);
+                            *d = *p * (*d - delta);
+                        }
                     }
-                }
-                ScoreFn::Relu2 => {
-                    for (p, d) in p_row.iter_mut().zip(d_row.iter_mut()) {
-                        let r = p.max(0.0);
-                        *p = r * r;
-                        *d *= 2.0 * r;
+                    ScoreFn::Relu2 => {
+                        for (p, d) in p_row.iter_mut().zip(d_row.iter_mut()) {
+                            let r = p.max(0.0);
+                            *p = r * r;
+                            *d *= 2.0 * r;
+                        }
                     }
-                }
-            })
+                },
+            )
         };
         if par == Threads::PerBatch {
             buf.chunks_mut(kmax)
@@ -417,15 +435,17 @@ fn attn_backward_one(
                 .for_each(row_fn);
         }
         if let Some(db) = dbias.as_deref_mut() {
-            level.run(|| {
-                for (r, d_row) in dp.chunks(kmax).enumerate() {
-                    let i = i0 + r;
-                    db[i * s..i * s + kmax]
-                        .iter_mut()
-                        .zip(d_row)
-                        .for_each(|(a, d)| *a += d);
-                }
-            });
+            level.run(
+                #[inline(always)]
+                || {
+                    for (r, d_row) in dp.chunks(kmax).enumerate() {
+                        let i = i0 + r;
+                        for (a, d) in db[i * s..i * s + kmax].iter_mut().zip(d_row) {
+                            *a += d;
+                        }
+                    }
+                },
+            );
         }
         let scale = x.spec.scale;
         // SAFETY: all operands are inside b's slices: dp, buf rows × kmax; q, dq rows i0..i1;

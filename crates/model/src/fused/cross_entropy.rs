@@ -11,12 +11,15 @@ fn ce_forward(logits: &[f32], v: usize, targets: &[i64]) -> (Vec<f32>, Vec<f32>)
         .par_chunks(v)
         .zip(targets.par_iter())
         .map(|(row, &t)| {
-            level.run(|| {
-                let m = simd::max(row);
-                let l = simd::sum_map(row, |x| fast_exp(x - m));
-                let lse = m + l.ln();
-                (lse - row[t as usize], lse)
-            })
+            level.run(
+                #[inline(always)]
+                || {
+                    let m = simd::max(row);
+                    let l = simd::sum_map(row, |x| fast_exp(x - m));
+                    let lse = m + l.ln();
+                    (lse - row[t as usize], lse)
+                },
+            )
         })
         .collect();
     rows.into_iter().unzip()
@@ -59,11 +62,14 @@ impl Backward<Flex, 1> for CeBackward {
             .enumerate()
             .for_each(|(r, (o, x))| {
                 let (l, gr) = (saved.lse[r], g[r]);
-                level.run(|| {
-                    o.iter_mut()
-                        .zip(x)
-                        .for_each(|(o, &x)| *o = gr * fast_exp(x - l))
-                });
+                level.run(
+                    #[inline(always)]
+                    || {
+                        for (o, &x) in o.iter_mut().zip(x) {
+                            *o = gr * fast_exp(x - l);
+                        }
+                    },
+                );
                 o[saved.targets[r] as usize] -= gr;
             });
         grads.register::<Flex>(node.id, flex_from(out, vec![n, v]));

@@ -72,7 +72,12 @@ fn rotate_forward(
     let level = simd::current();
     out.par_chunks_mut(ROTARY_ROWS * dim)
         .enumerate()
-        .for_each(|(c, rows)| level.run(|| rotate_rows(rows, c * ROTARY_ROWS, dim, affine, tab)));
+        .for_each(|(c, rows)| {
+            level.run(
+                #[inline(always)]
+                || rotate_rows(rows, c * ROTARY_ROWS, dim, affine, tab),
+            )
+        });
     out
 }
 
@@ -101,38 +106,43 @@ impl<const P: usize> Backward<Flex, P> for RotBackward {
             .zip(g.par_chunks(ROTARY_ROWS * dim))
             .enumerate()
             .map(|(c, ((dx, x), g))| {
-                level.run(|| {
-                    let (mut dgam, mut dbet) = (vec![0f32; dim], vec![0f32; dim]);
-                    for (r, ((dx, x), g)) in dx
-                        .chunks_mut(dim)
-                        .zip(x.chunks(dim))
-                        .zip(g.chunks(dim))
-                        .enumerate()
-                    {
-                        let p = (c * ROTARY_ROWS + r) % tab.len;
-                        let (cos, sin) = (
-                            &tab.cos[p * half..(p + 1) * half],
-                            &tab.sin[p * half..(p + 1) * half],
-                        );
-                        let (g1, g2) = g.split_at(half);
-                        let (dx1, dx2) = dx.split_at_mut(half);
-                        let pairs = dx1.iter_mut().zip(dx2.iter_mut()).zip(g1.iter().zip(g2));
-                        for (((o1, o2), (&d1, &d2)), (&c, &s)) in pairs.zip(cos.iter().zip(sin)) {
-                            *o1 = d1 * c + d2 * s;
-                            *o2 = d2 * c - d1 * s;
-                        }
-                        if let Some(gamma) = gamma {
-                            let sums = dgam.iter_mut().zip(dbet.iter_mut());
-                            for (((dg, db), (&x, dx)), &gm) in sums.zip(x.iter().zip(dx)).zip(gamma)
+                level.run(
+                    #[inline(always)]
+                    || {
+                        let (mut dgam, mut dbet) = (vec![0f32; dim], vec![0f32; dim]);
+                        for (r, ((dx, x), g)) in dx
+                            .chunks_mut(dim)
+                            .zip(x.chunks(dim))
+                            .zip(g.chunks(dim))
+                            .enumerate()
+                        {
+                            let p = (c * ROTARY_ROWS + r) % tab.len;
+                            let (cos, sin) = (
+                                &tab.cos[p * half..(p + 1) * half],
+                                &tab.sin[p * half..(p + 1) * half],
+                            );
+                            let (g1, g2) = g.split_at(half);
+                            let (dx1, dx2) = dx.split_at_mut(half);
+                            let pairs = dx1.iter_mut().zip(dx2.iter_mut()).zip(g1.iter().zip(g2));
+                            for (((o1, o2), (&d1, &d2)), (&c, &s)) in pairs.zip(cos.iter().zip(sin))
                             {
-                                *dg += x * *dx;
-                                *db += *dx;
-                                *dx *= gm;
+                                *o1 = d1 * c + d2 * s;
+                                *o2 = d2 * c - d1 * s;
+                            }
+                            if let Some(gamma) = gamma {
+                                let sums = dgam.iter_mut().zip(dbet.iter_mut());
+                                for (((dg, db), (&x, dx)), &gm) in
+                                    sums.zip(x.iter().zip(dx)).zip(gamma)
+                                {
+                                    *dg += x * *dx;
+                                    *db += *dx;
+                                    *dx *= gm;
+                                }
                             }
                         }
-                    }
-                    (dgam, dbet)
-                })
+                        (dgam, dbet)
+                    },
+                )
             })
             // Collected in order and summed serially: the same sums in the same order every run
             // (rayon's reduce tree depends on work stealing), so training is reproducible.
