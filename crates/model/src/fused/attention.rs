@@ -24,10 +24,12 @@ pub struct AttentionSpec {
     pub causal: bool,
 }
 
-/// Default of [`kept_scores_limit`]: 512 MiB per attention call, so that FLASH-Quad keeps its
-/// scores at the cpu scales (fig5's masked 4096 tokens: 64 MiB per layer; table11's causal 8192:
-/// 128 MiB per layer, 8 layers) and falls back to recomputing them beyond.
-pub const DEFAULT_KEPT_SCORES_LIMIT: usize = 512 << 20;
+/// Default of [`kept_scores_limit`]: 1 GiB per attention call, so that FLASH-Quad and the softmax
+/// Transformers keep their block scores at the cpu scales (fig5's masked 4096 tokens: 64 MiB per
+/// FLASH-Quad layer; table11's causal 8192: 136 MiB per FLASH-Quad layer, 8 layers, and 545 MiB
+/// per Transformer++ layer of 4 heads, 4 layers: 2.2 GiB held until the backward) and fall back
+/// to recomputing them beyond.
+pub const DEFAULT_KEPT_SCORES_LIMIT: usize = 1 << 30;
 
 thread_local! {
     static KEPT_SCORES_LIMIT: std::cell::Cell<usize> =
@@ -58,15 +60,19 @@ pub fn with_kept_scores_limit<R>(bytes: usize, f: impl FnOnce() -> R) -> R {
 enum Keep {
     /// Nothing: the backward recomputes each block's scores.
     Nothing,
-    /// Each block's biased, masked scores before the score function.
+    /// Each block's biased, masked scores before the score function (relu²).
     Scores,
+    /// Each block's probabilities, the score function applied (softmax).
+    Probabilities,
 }
 
 /// The block scores a forward kept: per batch element, the blocks of [`ROW_BLOCK`] query rows in
-/// order, each [rows, visible keys] row-major (`AttnInputs::block_scores_len` floats in all).
+/// order, each [rows, visible keys] row-major (`AttnInputs::block_scores_len` floats in all),
+/// before or after the score function as `kind` says.
 struct KeptScores {
     data: Vec<f32>,
     per_batch: usize,
+    kind: Keep,
 }
 
 /// Inputs of one attention call as contiguous flex tensors.
@@ -141,17 +147,21 @@ impl AttnInputs {
             .sum()
     }
 
-    /// Whether a forward recorded for autodiff keeps its scores for the backward: relu² only (the
-    /// backward then skips one of its four products, `Q Kᵀ`, and gives the same bits: it would
-    /// recompute exactly these scores), and only up to [`kept_scores_limit`] bytes. Softmax
-    /// recomputes: its backward normalises with the forward's log-sum-exp, which a kept
-    /// probability row would not reproduce bit for bit.
+    /// What a forward recorded for autodiff keeps for the backward, up to [`kept_scores_limit`]
+    /// bytes; either way the backward skips one of its five products, `Q Kᵀ`. relu² keeps the
+    /// scores before the score function (the same bits as recomputing them). Softmax keeps the
+    /// probabilities the forward multiplied V by, and its backward needs no exponentials either;
+    /// a recomputing backward rebuilds them from the log-sum-exp, which differs from the
+    /// forward's normalised row in the last bits, so the two backward paths agree to rounding,
+    /// not bit for bit.
     fn keep_for_backward(&self) -> Keep {
         let bytes = self.n * self.block_scores_len() * std::mem::size_of::<f32>();
-        if self.spec.score == ScoreFn::Relu2 && bytes <= kept_scores_limit() {
-            Keep::Scores
-        } else {
-            Keep::Nothing
+        if bytes > kept_scores_limit() {
+            return Keep::Nothing;
+        }
+        match self.spec.score {
+            ScoreFn::Relu2 => Keep::Scores,
+            ScoreFn::Softmax => Keep::Probabilities,
         }
     }
 
@@ -217,17 +227,21 @@ fn score_row(score: ScoreFn, row: &mut [f32]) -> f32 {
     match score {
         ScoreFn::Softmax => {
             let m = simd::max(row);
-            row.iter_mut().for_each(|x| *x = fast_exp(*x - m));
+            for x in row.iter_mut() {
+                *x = fast_exp(*x - m);
+            }
             let l = simd::sum(row);
             let inv = 1.0 / l;
-            row.iter_mut().for_each(|x| *x *= inv);
+            for x in row.iter_mut() {
+                *x *= inv;
+            }
             m + l.ln()
         }
         ScoreFn::Relu2 => {
-            row.iter_mut().for_each(|x| {
+            for x in row.iter_mut() {
                 let r = x.max(0.0);
                 *x = r * r;
-            });
+            }
             0.0
         }
     }
@@ -245,12 +259,13 @@ fn copy_rows(dst: &mut [f32], src: &[f32], row: usize, par: Threads) {
     }
 }
 
-/// Forward of one batch element: writes `out` ([T, dv]) and `lse` ([T], softmax only), and, when
-/// `kept` is not empty, each block's scores before the score function (see [`KeptScores`]).
+/// Forward of one batch element: writes `out` ([T, dv]) and `lse` ([T], softmax only), and into
+/// `kept` what `keep` says (see [`KeptScores`]; `kept` is empty for [`Keep::Nothing`]).
 fn attn_forward_one(
     x: &AttnInputs,
     b: usize,
     (out, lse, kept): (&mut [f32], &mut [f32], &mut [f32]),
+    keep: Keep,
     buf: &mut Vec<f32>,
     par: Threads,
 ) {
@@ -261,12 +276,25 @@ fn attn_forward_one(
         let i1 = (i0 + ROW_BLOCK).min(x.t);
         let kmax = x.key_limit(i1);
         let rows = i1 - i0;
-        buf.resize(rows * kmax, 0.0);
+        let len = rows * kmax;
+        // Kept probabilities are computed in place in `kept`, the rest in the reused buffer (kept
+        // scores copied out of it before the score function).
+        let (buf, kept_scores): (&mut [f32], Option<&mut [f32]>) = match keep {
+            Keep::Probabilities => (&mut kept[offset..offset + len], None),
+            Keep::Scores => {
+                buf.resize(len, 0.0);
+                (buf, Some(&mut kept[offset..offset + len]))
+            }
+            Keep::Nothing => {
+                buf.resize(len, 0.0);
+                (buf, None)
+            }
+        };
         x.scores(b, i0, i1, buf, par);
-        if !kept.is_empty() {
-            copy_rows(&mut kept[offset..offset + rows * kmax], buf, kmax, par);
-            offset += rows * kmax;
+        if let Some(dst) = kept_scores {
+            copy_rows(dst, buf, kmax, par);
         }
+        offset += len;
         let (score, level) = (x.spec.score, x.level);
         let lse_blk = &mut lse[i0..i1];
         if par == Threads::PerBatch {
@@ -312,12 +340,12 @@ fn attn_forward(x: &AttnInputs, keep: Keep) -> (Vec<f32>, Vec<f32>, Option<KeptS
     let mut lse = vec![0f32; x.n * x.t];
     let per_batch = x.block_scores_len();
     let mut kept = match keep {
-        Keep::Scores => vec![0f32; x.n * per_batch],
+        Keep::Scores | Keep::Probabilities => vec![0f32; x.n * per_batch],
         Keep::Nothing => Vec::new(),
     };
     // One slice of `kept` per batch element, empty when nothing is kept.
     let mut kept_parts: Vec<&mut [f32]> = match keep {
-        Keep::Scores => kept.chunks_mut(per_batch).collect(),
+        Keep::Scores | Keep::Probabilities => kept.chunks_mut(per_batch).collect(),
         Keep::Nothing => (0..x.n).map(|_| &mut [][..]).collect(),
     };
     if x.parallel_batches() {
@@ -326,7 +354,7 @@ fn attn_forward(x: &AttnInputs, keep: Keep) -> (Vec<f32>, Vec<f32>, Option<KeptS
             .zip(kept_parts.par_iter_mut())
             .enumerate()
             .for_each_init(Vec::new, |buf, (b, ((o, l), k))| {
-                attn_forward_one(x, b, (o, l, k), buf, Threads::PerBatch)
+                attn_forward_one(x, b, (o, l, k), keep, buf, Threads::PerBatch)
             });
     } else {
         let mut buf = Vec::new();
@@ -336,12 +364,13 @@ fn attn_forward(x: &AttnInputs, keep: Keep) -> (Vec<f32>, Vec<f32>, Option<KeptS
             .zip(kept_parts.iter_mut())
             .enumerate()
         {
-            attn_forward_one(x, b, (o, l, k), &mut buf, Threads::Within);
+            attn_forward_one(x, b, (o, l, k), keep, &mut buf, Threads::Within);
         }
     }
-    let kept = (keep == Keep::Scores).then_some(KeptScores {
+    let kept = (keep != Keep::Nothing).then_some(KeptScores {
         data: kept,
         per_batch,
+        kind: keep,
     });
     (out, lse, kept)
 }
@@ -356,7 +385,7 @@ fn attn_backward_one(
     (dq, dk, dv): (&mut [f32], &mut [f32], &mut [f32]),
     mut dbias: Option<&mut [f32]>,
     (buf, dp): (&mut Vec<f32>, &mut Vec<f32>),
-    kept: Option<&[f32]>,
+    kept: Option<(&[f32], Keep)>,
     par: Threads,
 ) {
     let (q, k, v) = (slice(&x.q), slice(&x.k), slice(&x.v));
@@ -374,14 +403,23 @@ fn attn_backward_one(
         let i1 = (i0 + ROW_BLOCK).min(t);
         let kmax = x.key_limit(i1);
         let rows = i1 - i0;
-        buf.resize(rows * kmax, 0.0);
-        dp.resize(rows * kmax, 0.0);
-        match kept {
-            // The forward's own scores of this block: the same bits as recomputing them.
-            Some(kept) => copy_rows(buf, &kept[offset..offset + rows * kmax], kmax, par),
-            None => x.scores(b, i0, i1, buf, par),
+        let len = rows * kmax;
+        dp.resize(len, 0.0);
+        let kept_blk = kept.map(|(data, kind)| (&data[offset..offset + len], kind));
+        offset += len;
+        // Kept probabilities are read in place; otherwise `buf` gets the block's scores (the
+        // forward's own: the same bits as recomputing them), made into P below.
+        match kept_blk {
+            Some((_, Keep::Probabilities)) => {}
+            Some((scores, _)) => {
+                buf.resize(len, 0.0);
+                copy_rows(buf, scores, kmax, par);
+            }
+            None => {
+                buf.resize(len, 0.0);
+                x.scores(b, i0, i1, buf, par);
+            }
         }
-        offset += rows * kmax;
         // dP = dO Vᵀ: [rows, kmax].
         // SAFETY: grad rows i0..i1 × dv, v's kmax × dv, dp rows × kmax.
         unsafe {
@@ -396,44 +434,76 @@ fn attn_backward_one(
                 par.gemm(),
             );
         }
-        // buf ← P (the probabilities / relu² weights), dp ← dX (gradient of the biased scores).
         let level = x.level;
-        let row_fn = |(r, (p_row, d_row)): (usize, (&mut [f32], &mut [f32]))| {
-            let i = i0 + r;
-            level.run(
-                #[inline(always)]
-                || match score {
-                    ScoreFn::Softmax => {
-                        let l = lse[i];
-                        let o = &out[i * dvw..(i + 1) * dvw];
-                        let g = &grad[i * dvw..(i + 1) * dvw];
-                        let delta = simd::dot(o, g);
-                        for (p, d) in p_row.iter_mut().zip(d_row.iter_mut()) {
-                            *p = fast_exp(*p - l);
-                            *d = *p * (*d - delta);
-                        }
-                    }
-                    ScoreFn::Relu2 => {
-                        for (p, d) in p_row.iter_mut().zip(d_row.iter_mut()) {
-                            let r = p.max(0.0);
-                            *p = r * r;
-                            *d *= 2.0 * r;
-                        }
-                    }
-                },
-            )
+        // Softmax's δ_i = Σ_j P_ij dP_ij = O_i · dO_i.
+        let delta =
+            |i: usize| simd::dot(&out[i * dvw..(i + 1) * dvw], &grad[i * dvw..(i + 1) * dvw]);
+        // p ← P (the probabilities / relu² weights), dp ← dX (gradient of the biased scores).
+        let p: &[f32] = match kept_blk {
+            Some((probs, Keep::Probabilities)) => {
+                let row_fn = |(r, (p_row, d_row)): (usize, (&[f32], &mut [f32]))| {
+                    level.run(
+                        #[inline(always)]
+                        || {
+                            let dl = delta(i0 + r);
+                            for (p, d) in p_row.iter().zip(d_row.iter_mut()) {
+                                *d = p * (*d - dl);
+                            }
+                        },
+                    )
+                };
+                if par == Threads::PerBatch {
+                    probs
+                        .chunks(kmax)
+                        .zip(dp.chunks_mut(kmax))
+                        .enumerate()
+                        .for_each(row_fn);
+                } else {
+                    probs
+                        .par_chunks(kmax)
+                        .zip(dp.par_chunks_mut(kmax))
+                        .enumerate()
+                        .for_each(row_fn);
+                }
+                probs
+            }
+            _ => {
+                let row_fn = |(r, (p_row, d_row)): (usize, (&mut [f32], &mut [f32]))| {
+                    let i = i0 + r;
+                    level.run(
+                        #[inline(always)]
+                        || match score {
+                            ScoreFn::Softmax => {
+                                let (l, dl) = (lse[i], delta(i));
+                                for (p, d) in p_row.iter_mut().zip(d_row.iter_mut()) {
+                                    *p = fast_exp(*p - l);
+                                    *d = *p * (*d - dl);
+                                }
+                            }
+                            ScoreFn::Relu2 => {
+                                for (p, d) in p_row.iter_mut().zip(d_row.iter_mut()) {
+                                    let r = p.max(0.0);
+                                    *p = r * r;
+                                    *d *= 2.0 * r;
+                                }
+                            }
+                        },
+                    )
+                };
+                if par == Threads::PerBatch {
+                    buf.chunks_mut(kmax)
+                        .zip(dp.chunks_mut(kmax))
+                        .enumerate()
+                        .for_each(row_fn);
+                } else {
+                    buf.par_chunks_mut(kmax)
+                        .zip(dp.par_chunks_mut(kmax))
+                        .enumerate()
+                        .for_each(row_fn);
+                }
+                &buf[..len]
+            }
         };
-        if par == Threads::PerBatch {
-            buf.chunks_mut(kmax)
-                .zip(dp.chunks_mut(kmax))
-                .enumerate()
-                .for_each(row_fn);
-        } else {
-            buf.par_chunks_mut(kmax)
-                .zip(dp.par_chunks_mut(kmax))
-                .enumerate()
-                .for_each(row_fn);
-        }
         if let Some(db) = dbias.as_deref_mut() {
             level.run(
                 #[inline(always)]
@@ -479,7 +549,7 @@ fn attn_backward_one(
                 dv.as_mut_ptr(),
                 dvw,
                 true,
-                (buf.as_ptr(), 1, kmax),
+                (p.as_ptr(), 1, kmax),
                 (grad[i0 * dvw..].as_ptr(), dvw, 1),
                 1.0,
                 par.gemm(),
@@ -495,7 +565,8 @@ fn attn_backward(
     (out, lse, kept): (&[f32], &[f32], Option<&KeptScores>),
     grad: &[f32],
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
-    let kept_of = |b: usize| kept.map(|k| &k.data[b * k.per_batch..(b + 1) * k.per_batch]);
+    let kept_of =
+        |b: usize| kept.map(|k| (&k.data[b * k.per_batch..(b + 1) * k.per_batch], k.kind));
     let _timer = profile::Timer::start(profile::Part::Attention);
     let (n, t, s, dkw, dvw) = (x.n, x.t, x.s, x.dk, x.dv);
     let mut dq = vec![0f32; n * t * dkw];

@@ -119,9 +119,6 @@ fn attention_matches_reference_outputs_and_gradients_at_this_level() {
                 g.extend(bias.iter().map(|b| grad(b, &gr)));
                 g
             };
-            let g_fused = grads_of(
-                fused::attention(&q, &k, &v, bias.as_ref(), spec).expect("fused autodiff"),
-            );
             let g_ref = grads_of(reference(
                 spec,
                 q.clone(),
@@ -129,7 +126,17 @@ fn attention_matches_reference_outputs_and_gradients_at_this_level() {
                 v.clone(),
                 bias.clone(),
             ));
-            assert_grads_close(&["dq", "dk", "dv", "dbias"], &g_fused, &g_ref, 5e-5, &what);
+            // Both backward paths: the forward's scores (relu²) or probabilities (softmax) kept
+            // under the default limit, and recomputed from Q and K under a zero limit.
+            for (limit, path) in [(fused::kept_scores_limit(), "kept"), (0, "recomputed")] {
+                let g_fused = fused::with_kept_scores_limit(limit, || {
+                    grads_of(
+                        fused::attention(&q, &k, &v, bias.as_ref(), spec).expect("fused autodiff"),
+                    )
+                });
+                let what = format!("{what} {path}");
+                assert_grads_close(&["dq", "dk", "dv", "dbias"], &g_fused, &g_ref, 5e-5, &what);
+            }
         }
     }
 }
