@@ -39,6 +39,10 @@ pub enum NormKind {
     ScaleNorm,
 }
 
+/// LayerNorm's ε: burn's `LayerNormConfig` default, set explicitly so that the fused kernel
+/// ([`fused::layer_norm`]) and burn's module use the same value.
+pub const LAYER_NORM_EPS: f64 = 1e-5;
+
 /// LayerNorm or ScaleNorm, chosen by [`NormKind`].
 #[derive(Module, Debug)]
 pub enum Norm {
@@ -52,7 +56,11 @@ impl Norm {
     /// Builds the norm for width `d_model`.
     pub fn new(kind: NormKind, d_model: usize, device: &Device) -> Self {
         match kind {
-            NormKind::LayerNorm => Norm::Layer(LayerNormConfig::new(d_model).init(device)),
+            NormKind::LayerNorm => Norm::Layer(
+                LayerNormConfig::new(d_model)
+                    .with_epsilon(LAYER_NORM_EPS)
+                    .init(device),
+            ),
             NormKind::ScaleNorm => Norm::Scale(ScaleNorm::new(d_model, device)),
         }
     }
@@ -60,7 +68,11 @@ impl Norm {
     /// `x`: [.., d] → [.., d].
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         match self {
-            Norm::Layer(n) => n.forward(x),
+            Norm::Layer(n) => {
+                let (gamma, beta) = (n.gamma.val(), n.beta.as_ref().map(|b| b.val()));
+                fused::layer_norm(&x, &gamma, beta.as_ref(), LAYER_NORM_EPS)
+                    .unwrap_or_else(|| n.forward(x))
+            }
             Norm::Scale(n) => n.forward(x),
         }
     }

@@ -16,6 +16,7 @@
 //! - [`activation`]: SiLU and GELU in one pass each way (burn records four to six ops for each);
 //! - [`matmul_2d`]: dense products (projections, feed-forward layers, the LM head) with gemm
 //!   called directly, forward and backward;
+//! - [`layer_norm`]: LayerNorm, one pass each way (burn's autodiff records nine ops for it);
 //! - [`cross_entropy_rows`]: `logsumexp(x) − x[target]` per row, whose gradient is
 //!   `softmax(x) − onehot(target)`: one pass forward, one backward.
 //!
@@ -222,6 +223,7 @@ mod activation;
 mod attention;
 mod chunk_linear;
 mod cross_entropy;
+mod norm;
 mod product;
 pub mod profile;
 mod rotary;
@@ -234,5 +236,6 @@ pub use attention::{
 };
 pub use chunk_linear::chunk_linear_attention;
 pub use cross_entropy::cross_entropy_rows;
+pub use norm::layer_norm;
 pub use product::matmul_2d;
 pub use rotary::{RotaryTables, rotary};

@@ -26,9 +26,15 @@ fn product(
         Stored::Transposed => (1, rows),
     };
     let ((a_rs, a_cs), (b_rs, b_cs)) = (strides(a_stored, m, k), strides(b_stored, k, n));
-    let mut c = vec![0f32; m * n];
+    if k == 0 || m == 0 || n == 0 {
+        return vec![0f32; m * n];
+    }
+    // gemm writes every element of c without reading it (`accumulate` false), so c is not zeroed
+    // first: a memset of every product's output (the [8192, 8192] logits among them) saved.
+    let mut c = Vec::with_capacity(m * n);
     // SAFETY: a holds m × k and b k × n elements (checked), which either layout's strides stay
-    // inside; c holds m × n, row-major.
+    // inside; c has capacity m × n, row-major, and gemm has written all m × n elements (m, n, k
+    // > 0, dst not read) when its length is set.
     unsafe {
         matmul(
             (m, n, k),
@@ -40,6 +46,7 @@ fn product(
             1.0,
             Parallelism::Rayon(0),
         );
+        c.set_len(m * n);
     }
     c
 }

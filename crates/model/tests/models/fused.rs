@@ -508,6 +508,60 @@ fn fused_bias_activation_matches_reference_values_and_gradients_at_this_level() 
     }
 }
 
+/// LayerNorm by the formula in plain burn ops: `(x − mean) / sqrt(mean((x − mean)²) + eps) · γ + β`.
+fn layer_norm_reference(x: Tensor<3>, gamma: Tensor<1>, beta: Option<Tensor<1>>) -> Tensor<3> {
+    let d = gamma.dims()[0];
+    let centered = x.clone() - x.mean_dim(2);
+    let var = centered.clone().powi_scalar(2).mean_dim(2);
+    let y =
+        centered / var.add_scalar(model::layers::LAYER_NORM_EPS).sqrt() * gamma.reshape([1, 1, d]);
+    match beta {
+        Some(b) => y + b.reshape([1, 1, d]),
+        None => y,
+    }
+}
+
+#[test]
+fn fused_layer_norm_matches_the_formula_values_and_gradients() {
+    at_every_simd_level(fused_layer_norm_matches_the_formula_values_and_gradients_at_this_level);
+}
+
+fn fused_layer_norm_matches_the_formula_values_and_gradients_at_this_level() {
+    let dev = autodiff_device();
+    // 3 × 45 rows: not a multiple of the kernel's rows per task; width 37: not of the vector width.
+    // A large common offset checks that the variance is taken about the mean.
+    let x = randn([3, 45, 37], 1, &dev)
+        .mul_scalar(2.0)
+        .add_scalar(5.0)
+        .require_grad();
+    let gamma = randn([37], 2, &dev).add_scalar(1.0).require_grad();
+    let beta = randn([37], 3, &dev).require_grad();
+    let w = randn([3, 45, 37], 4, &dev);
+    for with_beta in [true, false] {
+        let b = with_beta.then(|| beta.clone());
+        let what = format!("layer norm, offset {with_beta}");
+        let fused_out =
+            fused::layer_norm(&x, &gamma, b.as_ref(), model::layers::LAYER_NORM_EPS).expect("flex");
+        let ref_out = layer_norm_reference(x.clone(), gamma.clone(), b.clone());
+        assert_close(
+            &values(fused_out.clone()),
+            &values(ref_out.clone()),
+            1e-5,
+            &what,
+        );
+        let g = |out: Tensor<3>| {
+            let gr = backward_with(out, &w);
+            let mut gs = vec![grad(&x, &gr), grad(&gamma, &gr)];
+            if with_beta {
+                gs.push(grad(&beta, &gr));
+            }
+            gs
+        };
+        let (a, r) = (g(fused_out), g(ref_out));
+        assert_grads_close(&["dx", "dgamma", "dbeta"], &a, &r, 2e-4, &what);
+    }
+}
+
 /// Every fused kernel gives the same bits at every SIMD level: the kernels' reductions use the same
 /// partial sums in the same order at every width, and Rust does not contract `a * b + c` into an
 /// FMA, so a wider build may only change speed. (gemm picks its own kernels, the same for every
@@ -548,6 +602,8 @@ fn fused_kernels_give_the_same_bits_at_every_simd_level() {
         let g_att = backward_with(att.clone(), &w_att);
         let rot = rope.apply(r_in.clone());
         let g_rot = backward_with(rot.clone(), &w_rot);
+        let norm = fused::layer_norm(&x, &bias, Some(&bias), 1e-5).expect("flex");
+        let g_norm = backward_with(norm.clone(), &w);
         vec![
             values(act),
             grad(&x, &g_act),
@@ -561,6 +617,9 @@ fn fused_kernels_give_the_same_bits_at_every_simd_level() {
             grad(&ab, &g_att),
             values(rot),
             grad(&r_in, &g_rot),
+            values(norm),
+            grad(&x, &g_norm),
+            grad(&bias, &g_norm),
         ]
     };
     let bits = |vs: Vec<Vec<f32>>| -> Vec<Vec<u32>> {
