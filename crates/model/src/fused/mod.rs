@@ -7,9 +7,10 @@
 //!
 //! - [`attention`]: `score(Q Kᵀ · scale + bias) V` for score ∈ {softmax, relu²}, optionally causal,
 //!   computed in blocks of query rows (the block's scores live in one reused buffer, as in
-//!   FlashAttention), with the backward recomputing the block's scores instead of storing them
-//!   (relu² keeps them up to a memory limit: the same bits, one product fewer);
-//!   causal blocks stop at the diagonal.
+//!   FlashAttention); up to a memory limit the forward keeps each block for the backward (relu²
+//!   its scores, the same bits as recomputing them; softmax its probabilities, equal to rounding),
+//!   which then skips `Q Kᵀ`, and beyond it the backward recomputes them; causal blocks stop at
+//!   the diagonal.
 //! - [`chunk_linear_attention`]: the global part of mixed chunk attention, with the running sums of
 //!   `K_linᵀ V` kept in one [s, e] buffer per sequence instead of a [G, s, e] tensor and its cumsum;
 //! - [`rotary`]: RoPE, with GAU's per-head scale and offset folded in, one pass each way;
