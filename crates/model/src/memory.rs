@@ -2,8 +2,10 @@
 //! the backward pass keeps per token, and the decoding cache per sequence. Like [`crate::flops`],
 //! these count what the plain reference kernels compute and keep (the path the GPU backends run: a
 //! causal softmax keeps the full T×T score matrix, chunked attention full C×C blocks); the fused
-//! CPU kernels recompute scores in the backward pass and keep less (at d = 128, context 4096 one
-//! Transformer++ step grew the peak by 0.42 GiB against 1.81 estimated; FLASH's 0.62 against 0.61).
+//! CPU kernels keep less: one float per visible score (relu² scores, softmax probabilities; a
+//! causal block stops at the diagonal) up to 1 GiB per attention call, recomputing beyond (at
+//! d = 128, context 4096 one Transformer++ step grew the peak by 0.42 GiB against 1.81 estimated,
+//! FLASH's 0.62 against 0.61, measured before softmax kept its probabilities, `cbfda86`).
 //! Left out: the allocator's slack and the transient buffers of one operation.
 
 use crate::lm::{Architecture, ModelConfig};
