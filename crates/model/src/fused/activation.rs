@@ -156,23 +156,10 @@ impl<const P: usize> Backward<Flex, P> for ActBackward {
                     },
                 )
             })
-            // In order, serially: reproducible sums (see the rotary backward).
-            .collect::<Vec<_>>()
-            .into_iter()
-            .fold(Vec::new(), |mut a, b| {
-                if a.is_empty() {
-                    return b;
-                }
-                a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
-                a
-            });
-        let results = [Some(dx), bias.map(|_| dbias)];
-        let shapes = [shape, vec![dim]];
-        for ((parent, data), shape) in ops.parents.iter().zip(results).zip(shapes) {
-            if let (Some(node), Some(data)) = (parent, data) {
-                grads.register::<Flex>(node.id, flex_from(data, shape));
-            }
-        }
+            .collect::<Vec<_>>();
+        let dbias = bias.map(|_| sum_in_order(dbias, dim));
+        let parents = ops.parents.iter().map(|p| p.as_ref().map(|n| n.id));
+        register_grads(grads, parents, [(Some(dx), shape), (dbias, vec![dim])]);
     }
 }
 

@@ -657,18 +657,14 @@ impl<const P: usize> Backward<Flex, P> for AttnBackward {
         let grad = contiguous(&grads.consume::<Flex>(&ops.node));
         let kept = saved.kept.as_deref();
         let (dq, dk, dv, dbias) = attn_backward(x, (&saved.out, &saved.lse, kept), slice(&grad));
-        let shapes = [
-            vec![x.n, x.t, x.dk],
-            vec![x.n, x.s, x.dk],
-            vec![x.n, x.s, x.dv],
-            vec![x.t, x.s],
+        let results = [
+            (Some(dq), vec![x.n, x.t, x.dk]),
+            (Some(dk), vec![x.n, x.s, x.dk]),
+            (Some(dv), vec![x.n, x.s, x.dv]),
+            (dbias, vec![x.t, x.s]),
         ];
-        let results = [Some(dq), Some(dk), Some(dv), dbias];
-        for ((parent, data), shape) in ops.parents.iter().zip(results).zip(shapes) {
-            if let (Some(node), Some(data)) = (parent, data) {
-                grads.register::<Flex>(node.id, flex_from(data, shape));
-            }
-        }
+        let parents = ops.parents.iter().map(|p| p.as_ref().map(|n| n.id));
+        register_grads(grads, parents, results);
     }
 }
 

@@ -247,16 +247,13 @@ impl Backward<Flex, 3> for LinBackward {
         let x = ops.state;
         let grad = contiguous(&grads.consume::<Flex>(&ops.node));
         let (dq, dk, dv) = lin_backward(&x, slice(&grad));
-        let shapes = [
-            vec![x.n, x.t, x.s],
-            vec![x.n, x.t, x.s],
-            vec![x.n, x.t, x.e],
+        let results = [
+            (Some(dq), vec![x.n, x.t, x.s]),
+            (Some(dk), vec![x.n, x.t, x.s]),
+            (Some(dv), vec![x.n, x.t, x.e]),
         ];
-        for ((parent, data), shape) in ops.parents.iter().zip([dq, dk, dv]).zip(shapes) {
-            if let Some(node) = parent {
-                grads.register::<Flex>(node.id, flex_from(data, shape));
-            }
-        }
+        let parents = ops.parents.iter().map(|p| p.as_ref().map(|n| n.id));
+        register_grads(grads, parents, results);
     }
 }
 

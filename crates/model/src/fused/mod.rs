@@ -29,6 +29,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use burn::backend::autodiff::NodeId;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::grads::Gradients;
@@ -110,6 +111,33 @@ fn record<Op: Backward<Flex, P>, const P: usize>(
         OpsKind::Tracked(prep) => prep.finish(state, output),
         OpsKind::UnTracked(prep) => prep.finish(output),
     }
+}
+
+/// Registers a fused op's gradients, one per input in the op's input order: each computed
+/// gradient (row-major data, shape) for its parent's node. Untracked parents and gradients not
+/// computed (`None`) register nothing. `parents`: `ops.parents` as node ids.
+fn register_grads(
+    grads: &mut Gradients,
+    parents: impl IntoIterator<Item = Option<NodeId>>,
+    results: impl IntoIterator<Item = (Option<Vec<f32>>, Vec<usize>)>,
+) {
+    for (id, (data, shape)) in parents.into_iter().zip(results) {
+        if let (Some(id), Some(data)) = (id, data) {
+            grads.register::<Flex>(id, flex_from(data, shape));
+        }
+    }
+}
+
+/// `Σ partials` elementwise (each `len` long), added one after another in the given order from
+/// zeros: the backward passes sum their parallel tasks' partial parameter gradients this way, the
+/// same sums in the same order every run (rayon's reduce tree depends on work stealing), so that
+/// training is reproducible.
+fn sum_in_order(partials: impl IntoIterator<Item = Vec<f32>>, len: usize) -> Vec<f32> {
+    let mut sum = vec![0f32; len];
+    for p in partials {
+        sum.iter_mut().zip(&p).for_each(|(a, b)| *a += b);
+    }
+    sum
 }
 
 /// Whether the fused kernels run for tensors on `device`.

@@ -79,7 +79,7 @@ fn norm_backward(
     let _timer = profile::Timer::start(profile::Part::Elementwise);
     let mut dx = vec![0f32; x.len()];
     let level = simd::current();
-    let partials: Vec<(Vec<f32>, Vec<f32>)> = dx
+    let (dgamma, dbeta): (Vec<_>, Vec<_>) = dx
         .par_chunks_mut(NORM_ROWS * d)
         .zip(x.par_chunks(NORM_ROWS * d))
         .zip(g.par_chunks(NORM_ROWS * d))
@@ -115,15 +115,8 @@ fn norm_backward(
                 },
             )
         })
-        // In order, serially: reproducible sums (see the rotary backward).
-        .collect();
-    let mut dgamma = vec![0f32; d];
-    let mut dbeta = vec![0f32; d];
-    for (pg, pb) in partials {
-        dgamma.iter_mut().zip(&pg).for_each(|(a, b)| *a += b);
-        dbeta.iter_mut().zip(&pb).for_each(|(a, b)| *a += b);
-    }
-    (dx, dgamma, dbeta)
+        .unzip();
+    (dx, sum_in_order(dgamma, d), sum_in_order(dbeta, d))
 }
 
 #[derive(Clone)]
@@ -157,13 +150,13 @@ impl<const P: usize> Backward<Flex, P> for NormBackward {
             &saved.gamma,
             &saved.stats,
         );
-        let results = [dx, dgamma, dbeta];
-        let shapes = [shape, vec![d], vec![d]];
-        for ((parent, data), shape) in ops.parents.iter().zip(results).zip(shapes) {
-            if let Some(node) = parent {
-                grads.register::<Flex>(node.id, flex_from(data, shape));
-            }
-        }
+        let results = [
+            (Some(dx), shape),
+            (Some(dgamma), vec![d]),
+            (Some(dbeta), vec![d]),
+        ];
+        let parents = ops.parents.iter().map(|p| p.as_ref().map(|n| n.id));
+        register_grads(grads, parents, results);
     }
 }
 

@@ -144,25 +144,15 @@ impl<const P: usize> Backward<Flex, P> for RotBackward {
                     },
                 )
             })
-            // Collected in order and summed serially: the same sums in the same order every run
-            // (rayon's reduce tree depends on work stealing), so training is reproducible.
-            .collect::<Vec<_>>()
-            .into_iter()
-            .fold(
-                (vec![0f32; dim], vec![0f32; dim]),
-                |(mut a, mut b), (c, d)| {
-                    a.iter_mut().zip(&c).for_each(|(a, c)| *a += c);
-                    b.iter_mut().zip(&d).for_each(|(b, d)| *b += d);
-                    (a, b)
-                },
-            );
-        let results = [Some(dx), Some(dgamma), Some(dbeta)];
-        let shapes = [shape, vec![dim], vec![dim]];
-        for ((parent, data), shape) in ops.parents.iter().zip(results).zip(shapes) {
-            if let (Some(node), Some(data)) = (parent, data) {
-                grads.register::<Flex>(node.id, flex_from(data, shape));
-            }
-        }
+            .unzip::<_, _, Vec<_>, Vec<_>>();
+        let (dgamma, dbeta) = (sum_in_order(dgamma, dim), sum_in_order(dbeta, dim));
+        let results = [
+            (Some(dx), shape),
+            (Some(dgamma), vec![dim]),
+            (Some(dbeta), vec![dim]),
+        ];
+        let parents = ops.parents.iter().map(|p| p.as_ref().map(|n| n.id));
+        register_grads(grads, parents, results);
     }
 }
 
