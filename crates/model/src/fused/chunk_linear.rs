@@ -1,20 +1,24 @@
 //! Chunked linear attention: the global part of FLASH's mixed chunk attention, forward and
-//! backward, with the running sums of `K_linᵀ V` in one [s, e] buffer per sequence.
+//! backward. Every chunk's products run in parallel over (sequence, chunk) — each chunk's
+//! `K_linᵀ V` term, then the running sums over chunks in chunk order, then each chunk's product
+//! with the sum it sees — so that one long sequence (table11's 8192 tokens) uses every thread
+//! with single-threaded products. Causal attention skips the products known to be zero: the first
+//! chunk sees nothing and the last chunk's term is seen by none.
 
 #[allow(unused_imports)]
 use super::*;
 
-/// Runs `f(b, item, threads)` for every batch element: in parallel across elements when there are
-/// at least as many as threads, else one at a time with multi-threaded matrix products.
-fn for_each_batch<T: Send>(items: Vec<T>, f: impl Fn(usize, T, Threads) + Sync) {
+/// Runs `f(i, item, threads)` for every item: in parallel across items when there are at least as
+/// many as threads, else one at a time with multi-threaded matrix products.
+fn for_each_item<T: Send>(items: Vec<T>, f: impl Fn(usize, T, Threads) + Sync) {
     if items.len() >= rayon::current_num_threads() {
         items
             .into_par_iter()
             .enumerate()
-            .for_each(|(b, item)| f(b, item, Threads::PerBatch));
+            .for_each(|(i, item)| f(i, item, Threads::PerBatch));
     } else {
-        for (b, item) in items.into_iter().enumerate() {
-            f(b, item, Threads::Within);
+        for (i, item) in items.into_iter().enumerate() {
+            f(i, item, Threads::Within);
         }
     }
 }
@@ -33,6 +37,10 @@ struct LinInputs {
     t: usize,
     s: usize,
     e: usize,
+    /// The summaries the forward multiplied each chunk's queries by, kept for the backward's dQ
+    /// (see [`LinInputs::keeps_summaries`]): per batch element, one [s, e] per chunk (causal,
+    /// chunk 0's all zero) or one in all (bidirectional). Empty: the backward recomputes them.
+    kept: Arc<Vec<f32>>,
 }
 
 impl fmt::Debug for LinInputs {
@@ -69,7 +77,19 @@ impl LinInputs {
             t,
             s,
             e: vd[2],
+            kept: Arc::new(Vec::new()),
         }
+    }
+
+    /// Whether a forward recorded for autodiff keeps its summaries for the backward, which then
+    /// skips recomputing them (one `K_linᵀ V` product per chunk): when they fit in
+    /// [`kept_scores_limit`] bytes, the knob that bounds what the attention kernels keep. They are
+    /// small beside the activations autodiff keeps anyway: `s·e` floats per chunk of C positions,
+    /// against the `C·e` of V's own chunk (s = 128 < C = 256 in the paper).
+    fn keeps_summaries(&self) -> bool {
+        let per_seq = if self.causal { self.chunks() } else { 1 };
+        let floats = self.n * per_seq * self.s * self.e;
+        floats * std::mem::size_of::<f32>() <= super::kept_scores_limit()
     }
 
     /// Pointers to chunk `g` of batch element `b`: (Q_lin, K_lin, V).
@@ -82,25 +102,25 @@ impl LinInputs {
         )
     }
 
-    /// `sum += scale · Xᵀ Y` for chunk matrices X: [C, a] and Y: [C, w]; `sum`: [a, w].
+    /// `dst = scale · Xᵀ Y` for chunk matrices X: [C, a] and Y: [C, w]; `dst`: [a, w].
     ///
     /// # Safety
     /// `x` and `y` point at C rows of widths `a` and `w`.
-    unsafe fn add_xt_y(
+    unsafe fn xt_y(
         &self,
-        sum: &mut [f32],
+        dst: &mut [f32],
         (x, a): (*const f32, usize),
         (y, w): (*const f32, usize),
         scale: f32,
         par: Threads,
     ) {
-        // SAFETY: forwarded from the caller; sum holds a × w.
+        // SAFETY: forwarded from the caller; dst holds a × w.
         unsafe {
             matmul(
                 (a, w, self.chunk),
-                sum.as_mut_ptr(),
+                dst.as_mut_ptr(),
                 w,
-                true,
+                false,
                 (x, 1, a),
                 (y, w, 1),
                 scale,
@@ -109,108 +129,231 @@ impl LinInputs {
         }
     }
 
-    /// The summaries seen by each chunk, in chunk order: before chunk g (causal) or all (bidirectional).
-    /// `each(g, summary)` is called with the [s, e] summary for chunk g.
-    fn summaries(&self, b: usize, par: Threads, mut each: impl FnMut(usize, &[f32])) {
-        let (c, s, e) = (self.chunk, self.s, self.e);
-        let chunks = self.t / c;
-        let mut kv = vec![0f32; s * e];
-        if !self.causal {
-            for g in 0..chunks {
-                let (_, k, v) = self.chunk_ptrs(b, g);
-                // SAFETY: chunk g of b has C rows of K_lin (width s) and V (width e).
-                unsafe { self.add_xt_y(&mut kv, (k, s), (v, e), 1.0, par) };
+    /// Chunks per sequence.
+    fn chunks(&self) -> usize {
+        self.t / self.chunk
+    }
+
+    /// Whether chunk g's summary is all zero: the first chunk of a causal sequence sees nothing,
+    /// so its output (and its dQ) is zero and the products with that summary are skipped.
+    fn sees_nothing(&self, g: usize) -> bool {
+        self.causal && g == 0
+    }
+
+    /// Whether chunk g's own term reaches no chunk: the last of a causal sequence.
+    fn seen_by_none(&self, g: usize) -> bool {
+        self.causal && g + 1 == self.chunks()
+    }
+
+    /// The summaries the chunks see, [`LinInputs::kept`]'s layout: each chunk's `K_linᵀ V` term
+    /// (one product per chunk, the chunks of every sequence in parallel), then per sequence their
+    /// exclusive prefix sums in chunk order (causal) or their sum (bidirectional).
+    fn summaries(&self) -> Vec<f32> {
+        let (s, e) = (self.s, self.e);
+        let mut terms = vec![0f32; self.n * self.chunks() * s * e];
+        let items: Vec<&mut [f32]> = terms.chunks_mut(s * e).collect();
+        for_each_item(items, |i, term, par| {
+            let (b, g) = (i / self.chunks(), i % self.chunks());
+            if self.seen_by_none(g) {
+                return;
             }
-        }
-        for g in 0..chunks {
-            each(g, &kv);
-            if self.causal {
-                let (_, k, v) = self.chunk_ptrs(b, g);
-                // SAFETY: as above.
-                unsafe { self.add_xt_y(&mut kv, (k, s), (v, e), 1.0, par) };
-            }
-        }
+            let (_, k, v) = self.chunk_ptrs(b, g);
+            // SAFETY: chunk g of b has C rows of K_lin (width s) and V (width e).
+            unsafe { self.xt_y(term, (k, s), (v, e), 1.0, par) };
+        });
+        chunk_sums(
+            terms,
+            self.n,
+            self.chunks(),
+            s * e,
+            Sum::exclusive(self.causal),
+        )
     }
 }
 
-fn lin_forward(x: &LinInputs) -> Vec<f32> {
+/// Which running sum of per-chunk terms [`chunk_sums`] makes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sum {
+    /// Chunk g gets Σ over h < g (causal summaries).
+    Before,
+    /// Chunk g gets Σ over h > g (causal backward: the chunks that see g).
+    After,
+    /// One sum over every chunk (bidirectional).
+    All,
+}
+
+impl Sum {
+    /// The summaries' sum: `Before` for causal attention, else `All`.
+    fn exclusive(causal: bool) -> Self {
+        if causal { Sum::Before } else { Sum::All }
+    }
+}
+
+/// Running sums over chunks of `terms` ([N, G, len]), per sequence, in chunk order (the same
+/// additions whatever the thread count): [N, G, len] for `Before`/`After`, [N, 1, len] for `All`.
+fn chunk_sums(mut terms: Vec<f32>, n: usize, chunks: usize, len: usize, sum: Sum) -> Vec<f32> {
+    // Columns of each sequence's terms in blocks, so that short sequences still use every thread.
+    const COLUMNS: usize = 4096;
+    let per_seq = chunks * len;
+    let blocks: Vec<(usize, usize)> = (0..n)
+        .flat_map(|b| (0..len).step_by(COLUMNS).map(move |c0| (b, c0)))
+        .collect();
+    let base = SendPtr(terms.as_mut_ptr());
+    blocks.into_par_iter().for_each(|(b, c0)| {
+        let cols = COLUMNS.min(len - c0);
+        let base = &base;
+        // SAFETY: each (b, c0) block touches only columns c0..c0 + cols of sequence b's chunks,
+        // disjoint from every other block's, all inside `terms`.
+        let at = |g: usize| unsafe {
+            std::slice::from_raw_parts_mut(base.0.add(b * per_seq + g * len + c0), cols)
+        };
+        let mut acc = vec![0f32; cols];
+        let order: Box<dyn Iterator<Item = usize>> = match sum {
+            Sum::Before | Sum::All => Box::new(0..chunks),
+            Sum::After => Box::new((0..chunks).rev()),
+        };
+        for g in order {
+            let term = at(g);
+            if sum == Sum::All {
+                for (a, t) in acc.iter_mut().zip(term.iter()) {
+                    *a += t;
+                }
+            } else {
+                for (a, t) in acc.iter_mut().zip(term.iter_mut()) {
+                    let next = *a + *t;
+                    *t = *a;
+                    *a = next;
+                }
+            }
+        }
+        if sum == Sum::All {
+            at(0).copy_from_slice(&acc);
+        }
+    });
+    if sum == Sum::All {
+        // Keep each sequence's first chunk (its sum): [N, 1, len].
+        for b in 1..n {
+            terms.copy_within(b * per_seq..b * per_seq + len, b * len);
+        }
+        terms.truncate(n * len);
+    }
+    terms
+}
+
+/// A raw pointer shared across the threads of [`chunk_sums`], each writing its own columns.
+struct SendPtr(*mut f32);
+// SAFETY: only used for disjoint writes (see chunk_sums).
+unsafe impl Sync for SendPtr {}
+unsafe impl Send for SendPtr {}
+
+/// The summary chunk g of sequence b sees, from [`LinInputs::summaries`]'s output.
+fn summary_of<'a>(x: &LinInputs, summaries: &'a [f32], b: usize, g: usize) -> &'a [f32] {
+    let se = x.s * x.e;
+    let i = if x.causal { b * x.chunks() + g } else { b };
+    &summaries[i * se..(i + 1) * se]
+}
+
+/// The forward's output [N, T, e] and the summaries it used (see [`LinInputs::kept`]).
+fn lin_forward(x: &LinInputs) -> (Vec<f32>, Vec<f32>) {
     let _timer = profile::Timer::start(profile::Part::Attention);
     let (c, s, e) = (x.chunk, x.s, x.e);
+    let summaries = x.summaries();
     let mut out = vec![0f32; x.n * x.t * e];
-    let items: Vec<&mut [f32]> = out.chunks_mut(x.t * e).collect();
-    for_each_batch(items, |b, out, par| {
-        x.summaries(b, par, |g, kv| {
-            let (q, _, _) = x.chunk_ptrs(b, g);
-            // SAFETY: Q_lin chunk is C × s, kv is s × e, out's chunk g is C × e.
-            unsafe {
-                matmul(
-                    (c, e, s),
-                    out[g * c * e..].as_mut_ptr(),
-                    e,
-                    false,
-                    (q, s, 1),
-                    (kv.as_ptr(), e, 1),
-                    x.factor,
-                    par.gemm(),
-                );
-            }
-        });
+    let items: Vec<&mut [f32]> = out.chunks_mut(c * e).collect();
+    for_each_item(items, |i, out, par| {
+        let (b, g) = (i / x.chunks(), i % x.chunks());
+        if x.sees_nothing(g) {
+            return; // the chunk's output stays zero
+        }
+        let (q, _, _) = x.chunk_ptrs(b, g);
+        let kv = summary_of(x, &summaries, b, g);
+        // SAFETY: Q_lin chunk is C × s, kv is s × e, out's chunk is C × e.
+        unsafe {
+            matmul(
+                (c, e, s),
+                out.as_mut_ptr(),
+                e,
+                false,
+                (q, s, 1),
+                (kv.as_ptr(), e, 1),
+                x.factor,
+                par.gemm(),
+            );
+        }
     });
-    out
+    (out, summaries)
 }
 
 /// (dQ_lin, dK_lin, dV) of [`chunk_linear_attention`] for the upstream gradient [N, T, e].
 fn lin_backward(x: &LinInputs, grad: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let _timer = profile::Timer::start(profile::Part::Attention);
     let (c, s, e, t) = (x.chunk, x.s, x.e, x.t);
-    let chunks = t / c;
+    let recomputed;
+    let summaries: &[f32] = if x.kept.is_empty() {
+        recomputed = x.summaries();
+        &recomputed
+    } else {
+        &x.kept
+    };
+    let dout = |b: usize, g: usize| grad[(b * t + g * c) * e..].as_ptr();
+    // D_g = f · Σ over the chunks h that see chunk g of Q_lin,hᵀ dO_h: per-chunk terms, then
+    // their sums after g (causal) or over all (bidirectional).
+    let mut terms = vec![0f32; x.n * x.chunks() * s * e];
+    let items: Vec<&mut [f32]> = terms.chunks_mut(s * e).collect();
+    for_each_item(items, |i, term, par| {
+        let (b, g) = (i / x.chunks(), i % x.chunks());
+        if x.sees_nothing(g) {
+            return; // chunk 0 sees no chunk, so its term reaches none
+        }
+        // SAFETY: Q_lin and dO chunks are C rows of widths s and e.
+        unsafe {
+            x.xt_y(
+                term,
+                (x.chunk_ptrs(b, g).0, s),
+                (dout(b, g), e),
+                x.factor,
+                par,
+            )
+        };
+    });
+    let sum = if x.causal { Sum::After } else { Sum::All };
+    let d_sums = chunk_sums(terms, x.n, x.chunks(), s * e, sum);
     let mut dq = vec![0f32; x.n * t * s];
     let mut dk = vec![0f32; x.n * t * s];
     let mut dv = vec![0f32; x.n * t * e];
     let items: Vec<_> = dq
-        .chunks_mut(t * s)
-        .zip(dk.chunks_mut(t * s))
-        .zip(dv.chunks_mut(t * e))
+        .chunks_mut(c * s)
+        .zip(dk.chunks_mut(c * s))
+        .zip(dv.chunks_mut(c * e))
         .collect();
-    for_each_batch(items, |b, ((dq, dk), dv), par| {
-        let dout = |g: usize| grad[(b * t + g * c) * e..].as_ptr();
-        // dQ_g = f · dO_g · summary_gᵀ
-        x.summaries(b, par, |g, kv| unsafe {
-            // SAFETY: dO chunk C × e, kvᵀ e × s, dq chunk C × s.
-            matmul(
-                (c, s, e),
-                dq[g * c * s..].as_mut_ptr(),
-                s,
-                false,
-                (dout(g), e, 1),
-                (kv.as_ptr(), 1, e),
-                x.factor,
-                par.gemm(),
-            );
-        });
-        // D_g = f · Σ over the chunks that see chunk g of Q_lin,hᵀ dO_h; then dK_g = V_g D_gᵀ, dV_g = K_g D_g.
-        let mut d = vec![0f32; s * e];
-        if !x.causal {
-            for h in 0..chunks {
-                // SAFETY: Q_lin and dO chunks are C rows of widths s and e.
-                unsafe {
-                    x.add_xt_y(
-                        &mut d,
-                        (x.chunk_ptrs(b, h).0, s),
-                        (dout(h), e),
-                        x.factor,
-                        par,
-                    )
-                };
-            }
-        }
-        for g in (0..chunks).rev() {
-            let (q, k, v) = x.chunk_ptrs(b, g);
-            // SAFETY: V chunk C × e, Dᵀ e × s, dk chunk C × s; K chunk C × s, D s × e, dv chunk C × e.
+    for_each_item(items, |i, ((dq, dk), dv), par| {
+        let (b, g) = (i / x.chunks(), i % x.chunks());
+        let (_, k, v) = x.chunk_ptrs(b, g);
+        // SAFETY (all three): dO chunk C × e, summaryᵀ e × s, dq chunk C × s; V chunk C × e,
+        // Dᵀ e × s, dk chunk C × s; K chunk C × s, D s × e, dv chunk C × e.
+        if !x.sees_nothing(g) {
+            // dQ_g = f · dO_g · summary_gᵀ
+            let kv = summary_of(x, summaries, b, g);
             unsafe {
                 matmul(
                     (c, s, e),
-                    dk[g * c * s..].as_mut_ptr(),
+                    dq.as_mut_ptr(),
+                    s,
+                    false,
+                    (dout(b, g), e, 1),
+                    (kv.as_ptr(), 1, e),
+                    x.factor,
+                    par.gemm(),
+                )
+            };
+        }
+        if !x.seen_by_none(g) {
+            // dK_g = V_g D_gᵀ, dV_g = K_g D_g
+            let d = summary_of(x, &d_sums, b, g);
+            unsafe {
+                matmul(
+                    (c, s, e),
+                    dk.as_mut_ptr(),
                     s,
                     false,
                     (v, e, 1),
@@ -220,7 +363,7 @@ fn lin_backward(x: &LinInputs, grad: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
                 );
                 matmul(
                     (c, e, s),
-                    dv[g * c * e..].as_mut_ptr(),
+                    dv.as_mut_ptr(),
                     e,
                     false,
                     (k, s, 1),
@@ -228,9 +371,6 @@ fn lin_backward(x: &LinInputs, grad: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
                     1.0,
                     par.gemm(),
                 );
-                if x.causal {
-                    x.add_xt_y(&mut d, (q, s), (dout(g), e), x.factor, par);
-                }
             }
         }
     });
@@ -259,7 +399,8 @@ impl Backward<Flex, 3> for LinBackward {
 
 /// The global part of FLASH's mixed chunk attention fused, or `None` off `flex`:
 /// `out_g = f · Q_lin,g · Σ_h K_lin,hᵀ V_h` over chunks h < g (causal) or all h (bidirectional).
-/// The backward recomputes the running sums instead of storing one per chunk.
+/// The forward keeps the running sum each chunk saw for the backward (up to
+/// [`kept_scores_limit`](super::kept_scores_limit) bytes, else the backward recomputes them).
 ///
 /// ql, kl: [N, T, s]; v: [N, T, e], T a multiple of `chunk` → [N, T, e].
 pub fn chunk_linear_attention(
@@ -276,15 +417,13 @@ pub fn chunk_linear_attention(
             let p = |t: &Tensor<3>| t.clone().try_into_primitive::<Flex>().ok();
             let x = LinInputs::new(&p(ql)?, &p(kl)?, &p(v)?, chunk, factor, causal);
             let shape = vec![x.n, x.t, x.e];
-            Some(Tensor::from_primitive::<Flex>(flex_from(
-                lin_forward(&x),
-                shape,
-            )))
+            let (out, _) = lin_forward(&x);
+            Some(Tensor::from_primitive::<Flex>(flex_from(out, shape)))
         }
         Route::Autodiff => {
             let p = |t: &Tensor<3>| t.clone().try_into_primitive::<Ad>().ok();
             let (q, k, vv) = (p(ql)?, p(kl)?, p(v)?);
-            let x = LinInputs::new(
+            let mut x = LinInputs::new(
                 q.primitive(),
                 k.primitive(),
                 vv.primitive(),
@@ -292,7 +431,11 @@ pub fn chunk_linear_attention(
                 factor,
                 causal,
             );
-            let output = flex_from(lin_forward(&x), vec![x.n, x.t, x.e]);
+            let (out, summaries) = lin_forward(&x);
+            if x.keeps_summaries() {
+                x.kept = Arc::new(summaries);
+            }
+            let output = flex_from(out, vec![x.n, x.t, x.e]);
             let out = record(LinBackward, [q.node(), k.node(), vv.node()], x, output);
             Some(Tensor::from_primitive::<Ad>(out))
         }

@@ -11,8 +11,9 @@
 //!   its scores, the same bits as recomputing them; softmax its probabilities, equal to rounding),
 //!   which then skips `Q Kᵀ`, and beyond it the backward recomputes them; causal blocks stop at
 //!   the diagonal.
-//! - [`chunk_linear_attention`]: the global part of mixed chunk attention, with the running sums of
-//!   `K_linᵀ V` kept in one [s, e] buffer per sequence instead of a [G, s, e] tensor and its cumsum;
+//! - [`chunk_linear_attention`]: the global part of mixed chunk attention, parallel over
+//!   (sequence, chunk), causal products known to be zero skipped, the per-chunk sums kept for the
+//!   backward;
 //! - [`rotary`]: RoPE, with GAU's per-head scale and offset folded in, one pass each way;
 //! - [`activation`]: SiLU and GELU in one pass each way (burn records four to six ops for each);
 //! - [`matmul_2d`]: dense products (projections, feed-forward layers, the LM head) with gemm

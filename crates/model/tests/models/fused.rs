@@ -371,36 +371,51 @@ fn fast_exp_is_accurate_over_the_f32_range() {
 #[test]
 fn global_chunk_attention_matches_reference_outputs_and_gradients() {
     let dev = autodiff_device();
-    let (g, c, s, e) = (4, 24, 8, 12);
-    for n in [1, 3] {
-        let ql = randn([n, g, c, s], 1, &dev).require_grad();
-        let kl = randn([n, g, c, s], 2, &dev).require_grad();
-        let vg = randn([n, g, c, e], 3, &dev).require_grad();
-        let w = randn([n, g, c, e], 4, &dev);
-        for direction in [Direction::Causal, Direction::Bidirectional] {
-            let what = format!("N={n} {direction:?}");
-            let factor = 1.0 / c as f64;
-            let fused_out =
-                global_chunk_attention(ql.clone(), kl.clone(), vg.clone(), factor, direction);
-            let ref_out = global_chunk_attention_reference(
-                ql.clone(),
-                kl.clone(),
-                vg.clone(),
-                factor,
-                direction,
-            );
-            assert_close(
-                &values(fused_out.clone()),
-                &values(ref_out.clone()),
-                2e-5,
-                &what,
-            );
-            let grads = |out: Tensor<4>| {
-                let gr = backward_with(out, &w);
-                [&ql, &kl, &vg].map(|x| grad(x, &gr))
-            };
-            let (a, b) = (grads(fused_out), grads(ref_out));
-            assert_grads_close(&["dq", "dk", "dv"], &a, &b, 2e-5, &what);
+    let (c, s, e) = (24, 8, 12);
+    // One chunk (bidirectional only: causal, the output is zero and the reference's graph leaves
+    // K and V without a gradient), two (causal: the first chunk's skipped products meet the
+    // last's) and four; one sequence (products multi-threaded) and three (sequences in parallel).
+    for g in [1, 2, 4] {
+        for n in [1, 3] {
+            let ql = randn([n, g, c, s], 1, &dev).require_grad();
+            let kl = randn([n, g, c, s], 2, &dev).require_grad();
+            let vg = randn([n, g, c, e], 3, &dev).require_grad();
+            let w = randn([n, g, c, e], 4, &dev);
+            for direction in [Direction::Causal, Direction::Bidirectional] {
+                if g == 1 && direction == Direction::Causal {
+                    continue;
+                }
+                let factor = 1.0 / c as f64;
+                let ref_out = global_chunk_attention_reference(
+                    ql.clone(),
+                    kl.clone(),
+                    vg.clone(),
+                    factor,
+                    direction,
+                );
+                let grads = |out: Tensor<4>| {
+                    let gr = backward_with(out, &w);
+                    [&ql, &kl, &vg].map(|x| grad(x, &gr))
+                };
+                let ref_grads = grads(ref_out.clone());
+                // The backward with the forward's kept summaries (default limit) and recomputing
+                // them (limit 0).
+                for limit in [fused::DEFAULT_KEPT_SCORES_LIMIT, 0] {
+                    let what = format!("G={g} N={n} {direction:?} kept-bytes limit {limit}");
+                    let (fused_out, fused_grads) = fused::with_kept_scores_limit(limit, || {
+                        let out = global_chunk_attention(
+                            ql.clone(),
+                            kl.clone(),
+                            vg.clone(),
+                            factor,
+                            direction,
+                        );
+                        (values(out.clone()), grads(out))
+                    });
+                    assert_close(&fused_out, &values(ref_out.clone()), 2e-5, &what);
+                    assert_grads_close(&["dq", "dk", "dv"], &fused_grads, &ref_grads, 2e-5, &what);
+                }
+            }
         }
     }
 }
