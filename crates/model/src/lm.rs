@@ -463,6 +463,25 @@ impl LanguageModel {
         fused::matmul_2d(x.reshape([b * t, d]), embedding.transpose()).reshape([b, t, vocab])
     }
 
+    /// Weighted mean cross-entropy of the next-token (or masked-token) predictions from `hidden`
+    /// ([B, T, d], before the final norm) against `targets` ([B·T]); `weights` ([B·T], 0 or 1) as
+    /// [`cross_entropy`] takes them. The head and the loss run fused on `flex`
+    /// ([`fused::linear_cross_entropy`]), else as the logits and [`cross_entropy`].
+    pub fn head_loss(
+        &self,
+        hidden: Tensor<3>,
+        targets: Tensor<1, Int>,
+        weights: Option<Tensor<1>>,
+    ) -> Tensor<1> {
+        let x = self.final_norm.forward(hidden);
+        let [b, t, d] = x.dims();
+        let x = x.reshape([b * t, d]);
+        let embedding = self.embedding.weight.val(); // [V, d]
+        fused::linear_cross_entropy(&x, &embedding, &targets, weights.as_ref()).unwrap_or_else(
+            || cross_entropy(fused::matmul_2d(x, embedding.transpose()), targets, weights),
+        )
+    }
+
     /// Hidden states before the output projection. tokens: [B, T]; padding: [B, T], `true` on
     /// padded positions (they never influence real positions) → [B, T, d].
     pub fn hidden(&self, tokens: Tensor<2, Int>, padding: Option<Tensor<2, Bool>>) -> Tensor<3> {
@@ -554,9 +573,7 @@ pub fn causal_lm_loss(model: &LanguageModel, tokens: Tensor<2, Int>) -> Tensor<1
     let t = t1 - 1;
     let inputs = tokens.clone().narrow(1, 0, t);
     let targets = tokens.narrow(1, 1, t).reshape([b * t]);
-    let logits = model.forward(inputs, None);
-    let v = logits.dims()[2];
-    cross_entropy(logits.reshape([b * t, v]), targets, None)
+    model.head_loss(model.hidden(inputs, None), targets, None)
 }
 
 /// Masked-LM loss: cross-entropy on the positions where `predict` ([B, T], 1.0 = masked token) is set.
@@ -568,10 +585,8 @@ pub fn masked_lm_loss(
     padding: Option<Tensor<2, Bool>>,
 ) -> Tensor<1> {
     let [b, t] = inputs.dims();
-    let logits = model.forward(inputs, padding);
-    let v = logits.dims()[2];
-    cross_entropy(
-        logits.reshape([b * t, v]),
+    model.head_loss(
+        model.hidden(inputs, padding),
         targets.reshape([b * t]),
         Some(predict.reshape([b * t])),
     )

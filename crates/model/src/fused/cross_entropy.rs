@@ -14,15 +14,35 @@ fn ce_forward(logits: &[f32], v: usize, targets: &[i64]) -> (Vec<f32>, Vec<f32>)
             level.run(
                 #[inline(always)]
                 || {
-                    let m = simd::max(row);
-                    let l = simd::sum_map(row, |x| fast_exp(x - m));
-                    let lse = m + l.ln();
+                    let lse = log_sum_exp(row);
                     (lse - row[t as usize], lse)
                 },
             )
         })
         .collect();
     rows.into_iter().unzip()
+}
+
+/// `log Σ exp(row)`, the row maximum subtracted first; inline, for kernels' SIMD closures.
+#[inline(always)]
+pub(super) fn log_sum_exp(row: &[f32]) -> f32 {
+    let m = simd::max(row);
+    m + simd::sum_map(row, |x| fast_exp(x - m)).ln()
+}
+
+/// The targets on the host, each checked to be a word of a `v`-word vocabulary (`None` if they
+/// are not integers burn can convert).
+pub(super) fn host_targets(targets: &Tensor<1, Int>, v: usize) -> Option<Vec<i64>> {
+    let targets: Vec<i64> = targets
+        .clone()
+        .into_data()
+        .convert::<i64>()
+        .try_into_vec::<i64>()
+        .ok()?;
+    if let Some(bad) = targets.iter().find(|&&t| t < 0 || t as usize >= v) {
+        panic!("cross-entropy target {bad} outside the vocabulary 0..{v}");
+    }
+    Some(targets)
 }
 
 #[derive(Clone)]
@@ -84,15 +104,7 @@ pub fn cross_entropy_rows(logits: &Tensor<2>, targets: &Tensor<1, Int>) -> Optio
         return None;
     }
     let [n, v] = logits.dims();
-    let targets: Vec<i64> = targets
-        .clone()
-        .into_data()
-        .convert::<i64>()
-        .try_into_vec::<i64>()
-        .ok()?;
-    if let Some(bad) = targets.iter().find(|&&t| t < 0 || t as usize >= v) {
-        panic!("cross-entropy target {bad} outside the vocabulary 0..{v}");
-    }
+    let targets = host_targets(targets, v)?;
     match route {
         Route::Plain => {
             let x = contiguous(&logits.clone().try_into_primitive::<Flex>().ok()?);

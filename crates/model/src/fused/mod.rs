@@ -16,6 +16,8 @@
 //!   backward;
 //! - [`rotary`]: RoPE, with GAU's per-head scale and offset folded in, one pass each way;
 //! - [`activation`]: SiLU and GELU in one pass each way (burn records four to six ops for each);
+//! - [`linear_cross_entropy`]: the tied LM head and its loss in blocks of rows, the gradients
+//!   computed in the forward, never holding the [N, V] logits;
 //! - [`matmul_2d`]: dense products (projections, feed-forward layers, the LM head) with gemm
 //!   called directly, forward and backward;
 //! - [`layer_norm`]: LayerNorm, one pass each way (burn's autodiff records nine ops for it);
@@ -253,6 +255,7 @@ mod activation;
 mod attention;
 mod chunk_linear;
 mod cross_entropy;
+mod linear_ce;
 mod norm;
 mod product;
 pub mod profile;
@@ -266,6 +269,7 @@ pub use attention::{
 };
 pub use chunk_linear::chunk_linear_attention;
 pub use cross_entropy::cross_entropy_rows;
+pub use linear_ce::{HEAD_BLOCK_BYTES, linear_cross_entropy, linear_cross_entropy_in_blocks};
 pub use norm::layer_norm;
 pub use product::matmul_2d;
 pub use rotary::{RotaryTables, rotary};

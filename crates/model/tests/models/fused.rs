@@ -355,6 +355,83 @@ fn fused_cross_entropy_matches_log_softmax_values_and_gradients_at_this_level() 
 }
 
 #[test]
+fn fused_linear_cross_entropy_matches_head_and_loss_values_and_gradients() {
+    at_every_simd_level(
+        fused_linear_cross_entropy_matches_head_and_loss_values_and_gradients_at_this_level,
+    );
+}
+
+/// The fused head + loss against `X Wᵀ` (burn's matmul), `log_softmax`, `gather` and the weighted
+/// mean, values and the gradients of X and W (through a random upstream scale), over blocks that
+/// do not divide N, one block, weights with zeros (skipped rows), all-zero weights, none.
+fn fused_linear_cross_entropy_matches_head_and_loss_values_and_gradients_at_this_level() {
+    let dev = autodiff_device();
+    let (n, v, d) = (45, 70, 12);
+    // Large logits: the row maximum must be subtracted.
+    let x = randn([n, d], 1, &dev).mul_scalar(4.0).require_grad();
+    let w = randn([v, d], 2, &dev).mul_scalar(2.0).require_grad();
+    let targets: Vec<i64> = (0..n as i64).map(|i| (i * 11) % v as i64).collect();
+    let targets = Tensor::<1, Int>::from_data(TensorData::new(targets, [n]), &dev);
+    let some = randn([n], 3, &dev).greater_elem(0.3).float();
+    let upstream = randn([1], 4, &dev);
+    for (weights, which) in [
+        (None, "no weights"),
+        (Some(some), "0/1 weights"),
+        (Some(Tensor::<1>::zeros([n], &dev)), "all-zero weights"),
+    ] {
+        let reference = cross_entropy_reference_loss(&x, &w, &targets, weights.clone());
+        let grads = |loss: Tensor<1>| {
+            let gr = backward_with(loss, &upstream);
+            [grad(&x, &gr), grad(&w, &gr)]
+        };
+        let ref_grads = grads(reference.clone());
+        for block_rows in [7, 64] {
+            let what = format!("{which}, blocks of {block_rows} rows");
+            let fused_loss = fused::linear_cross_entropy_in_blocks(
+                &x,
+                &w,
+                &targets,
+                weights.as_ref(),
+                block_rows,
+            )
+            .expect("flex");
+            assert_close(
+                &values(fused_loss.clone()),
+                &values(reference.clone()),
+                1e-5,
+                &what,
+            );
+            assert_grads_close(&["dX", "dW"], &grads(fused_loss), &ref_grads, 1e-4, &what);
+            // Without autodiff: the loss alone.
+            let plain = fused::linear_cross_entropy_in_blocks(
+                &x.clone().inner(),
+                &w.clone().inner(),
+                &targets.clone().inner(),
+                weights.clone().map(|w| w.inner()).as_ref(),
+                block_rows,
+            )
+            .expect("flex");
+            assert_close(&values(plain), &values(reference.clone()), 1e-5, &what);
+        }
+    }
+}
+
+/// The unfused head and loss in plain burn operations: Σ w·nll / max(Σ w, 1), or the mean.
+fn cross_entropy_reference_loss(
+    x: &Tensor<2>,
+    w: &Tensor<2>,
+    targets: &Tensor<1, Int>,
+    weights: Option<Tensor<1>>,
+) -> Tensor<1> {
+    let logits = x.clone().matmul(w.clone().transpose());
+    let rows = cross_entropy_rows_reference(logits, targets.clone());
+    match weights {
+        Some(wt) => (rows * wt.clone()).sum() / wt.sum().clamp_min(1.0),
+        None => rows.mean(),
+    }
+}
+
+#[test]
 fn fast_exp_is_accurate_over_the_f32_range() {
     let mut worst = 0f32;
     let mut x = -87.0f32;
@@ -619,6 +696,16 @@ fn fused_kernels_give_the_same_bits_at_every_simd_level() {
         let g_rot = backward_with(rot.clone(), &w_rot);
         let norm = fused::layer_norm(&x, &bias, Some(&bias), 1e-5).expect("flex");
         let g_norm = backward_with(norm.clone(), &w);
+        // The head + loss: X [41, 37] (x's first sequence), W [29, 37] (logits' rows as words).
+        let hx = x.clone().narrow(0, 0, 1).reshape([41, 37]);
+        let hw = logits.clone().narrow(1, 0, 37);
+        let htargets = Tensor::<1, Int>::from_data(
+            TensorData::new((0..41i64).map(|i| (i * 3) % 29).collect::<Vec<_>>(), [41]),
+            &dev,
+        );
+        let head =
+            fused::linear_cross_entropy_in_blocks(&hx, &hw, &htargets, None, 16).expect("flex");
+        let g_head = head.clone().backward();
         vec![
             values(act),
             grad(&x, &g_act),
@@ -635,6 +722,9 @@ fn fused_kernels_give_the_same_bits_at_every_simd_level() {
             values(norm),
             grad(&x, &g_norm),
             grad(&bias, &g_norm),
+            values(head),
+            grad(&x, &g_head),
+            grad(&logits, &g_head),
         ]
     };
     let bits = |vs: Vec<Vec<f32>>| -> Vec<Vec<u32>> {
