@@ -114,6 +114,26 @@ pub fn scored_attention(
         .unwrap_or_else(|| scored_attention_reference(q, k, v, bias, None, spec))
 }
 
+/// Largest [T, T] bias [`rank_bias_pays`] lets a layer build: 64 MiB (T = 4096); the bias and its
+/// gradient are both held.
+pub const SQUARE_BIAS_MAX_BYTES: usize = 64 << 20;
+
+/// Whether a rank-r bias `A Bᵀ` ([T, r] factors) is cheaper kept in factored form
+/// ([`scored_attention_rank_bias`]) than built as the [T, T] matrix and added to the scores, for
+/// attention over `batch` sequences of T positions. The factored form widens every sequence's
+/// score products (`Q Kᵀ` forward, dQ and dK backward) by r columns: 3 · batch · T² · r
+/// multiply-adds, half of them causal; the square form builds the matrix and its gradient once for
+/// all sequences (`A Bᵀ`, dA, dB): 3 · T² · r, whole. So the square form wins past two causal
+/// sequences (table11's FLASH-Quad: 16 at 512 tokens, 1 at 8192) or one bidirectional one, as long
+/// as the matrix fits [`SQUARE_BIAS_MAX_BYTES`].
+pub fn rank_bias_pays(batch: usize, t: usize, direction: Direction) -> bool {
+    let sequences_per_square = match direction {
+        Direction::Causal => 2,
+        Direction::Bidirectional => 1,
+    };
+    batch <= sequences_per_square || t * t * std::mem::size_of::<f32>() > SQUARE_BIAS_MAX_BYTES
+}
+
 /// [`relu2_attention`] with a bias given by factors, `b = A Bᵀ` (FLASH-Quad's RoPE-product bias,
 /// [`crate::layers::RelPosBias::rope_factors`]), without building the [T, T] bias: the scores are
 ///

@@ -21,8 +21,8 @@ use burn::prelude::*;
 use burn::tensor::activation::softmax;
 
 use crate::attention::{
-    ChunkParts, MixedChunkSpec, mixed_chunk_attention, score_spec, scored_attention,
-    scored_attention_rank_bias, scored_attention_reference,
+    ChunkParts, MixedChunkSpec, mixed_chunk_attention, rank_bias_pays, score_spec,
+    scored_attention, scored_attention_rank_bias, scored_attention_reference,
 };
 use crate::fused::{Activation, ScoreFn};
 use crate::layers::{
@@ -338,7 +338,7 @@ impl Gau {
                 let rank = self
                     .bias
                     .as_ref()
-                    .filter(|_| !masked_softmax)
+                    .filter(|_| !masked_softmax && rank_bias_pays(q.dims()[0], t, self.direction))
                     .and_then(|b| b.rope_factors(0..t, t, &device));
                 let a = match (rank, keep) {
                     (Some(ab), _) => scored_attention_rank_bias(q, k, v, ab, spec),

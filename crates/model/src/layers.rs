@@ -356,7 +356,7 @@ impl RelPosBias {
             }
             RelPosBias::RopeProduct(_) => {
                 let (a, b) = self.rope_factors(rows, cols, device).expect("rope product");
-                a.matmul(b.transpose())
+                fused::matmul_2d(a, b.transpose())
             }
         }
     }

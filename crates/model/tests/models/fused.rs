@@ -5,13 +5,14 @@
 use burn::prelude::*;
 use model::attention::{
     global_chunk_attention, global_chunk_attention_reference, local_chunk_attention,
-    relu2_attention_rank_bias, relu2_attention_reference, scored_attention_reference,
-    softmax_attention_reference,
+    rank_bias_pays, relu2_attention_rank_bias, relu2_attention_reference,
+    scored_attention_reference, softmax_attention_reference,
 };
 use model::fused::simd::{self, SimdLevel};
 use model::fused::{
     self, Activation, AttentionSpec, ROW_BLOCK, ScoreFn, activation, bias_activation, fast_exp,
 };
+use model::gau::{GauConfig, GauSpan};
 use model::layers::Rope;
 use model::lm::cross_entropy_rows_reference;
 use model::{Direction, cross_entropy};
@@ -272,6 +273,35 @@ fn rank_bias_attention_equals_attention_with_the_dense_bias() {
         let names = ["dq", "dk", "dv", "da", "db"];
         assert_grads_close(&names, &grads(folded), &grads(dense), 5e-5, &what);
     }
+}
+
+#[test]
+fn gau_layer_is_the_same_with_its_bias_factored_or_built() {
+    // A FLASH-Quad layer over 512 positions has the RoPE-product bias; with one causal sequence it
+    // keeps the bias factored, with three it builds the [T, T] matrix (`rank_bias_pays`). The
+    // first sequence's output and input gradient must agree between the two.
+    let dev = autodiff_device();
+    let t = 512;
+    assert!(rank_bias_pays(1, t, Direction::Causal));
+    assert!(!rank_bias_pays(3, t, Direction::Causal));
+    dev.seed(3);
+    let layer = GauConfig::new(16, GauSpan::Quad { window: t }, Direction::Causal)
+        .with_d_qk(8)
+        .init(&dev);
+    // Trained-looking weights (γ ~ N(0, 0.02), β = 0 and the bias's N(0, 0.02) would make the
+    // attention term vanish beside the residual).
+    let layer = model::testing::perturb(layer, 0.3, &dev, 11);
+    let rope = Rope::new(8, 0, t, &dev);
+    let x3 = randn([3, t, 16], 1, &dev).require_grad();
+    let x1 = x3.clone().narrow(0, 0, 1).detach().require_grad();
+    let w = randn([1, t, 16], 2, &dev);
+    // The attention term alone: the layer's output less its residual input.
+    let out1 = layer.forward(x1.clone(), &rope, None) - x1.clone();
+    let out3 = (layer.forward(x3.clone(), &rope, None) - x3.clone()).narrow(0, 0, 1);
+    assert_close(&values(out1.clone()), &values(out3.clone()), 2e-5, "output");
+    let g1 = grad(&x1, &backward_with(out1, &w));
+    let g3 = grad(&x3, &backward_with(out3, &w));
+    assert_close(&g1, &g3[..t * 16], 5e-5, "input gradient");
 }
 
 #[test]
