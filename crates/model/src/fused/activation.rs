@@ -24,30 +24,30 @@ pub fn erf(x: f32) -> f32 {
     y.copysign(x)
 }
 
+#[inline(always)]
+fn silu(x: f32) -> f32 {
+    x / (1.0 + fast_exp(-x))
+}
+
+#[inline(always)]
+fn silu_derivative(x: f32) -> f32 {
+    let s = 1.0 / (1.0 + fast_exp(-x));
+    s * (1.0 + x * (1.0 - s))
+}
+
+#[inline(always)]
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+#[inline(always)]
+fn gelu_derivative(x: f32) -> f32 {
+    const INV_SQRT_2PI: f32 = 0.398_942_3;
+    let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
+    cdf + x * INV_SQRT_2PI * fast_exp(-0.5 * x * x)
+}
+
 impl Activation {
-    #[inline(always)]
-    fn value(self, x: f32) -> f32 {
-        match self {
-            Activation::Silu => x / (1.0 + fast_exp(-x)),
-            Activation::Gelu => 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)),
-        }
-    }
-
-    #[inline(always)]
-    fn derivative(self, x: f32) -> f32 {
-        match self {
-            Activation::Silu => {
-                let s = 1.0 / (1.0 + fast_exp(-x));
-                s * (1.0 + x * (1.0 - s))
-            }
-            Activation::Gelu => {
-                const INV_SQRT_2PI: f32 = 0.398_942_3;
-                let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
-                cdf + x * INV_SQRT_2PI * fast_exp(-0.5 * x * x)
-            }
-        }
-    }
-
     /// The same activation as plain burn operations.
     pub fn reference<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
         match self {
@@ -60,6 +60,63 @@ impl Activation {
 /// Elements per parallel task of the elementwise kernels.
 const ELEMENTWISE_CHUNK: usize = 1 << 14;
 
+/// `o = f(x + bias)` over rows of width `dim` (`for` loops, not `for_each`: an iterator's `fold`
+/// that LLVM leaves out of line is compiled for the baseline target, outside the level's features).
+#[inline(always)]
+fn forward_rows(
+    o: &mut [f32],
+    x: &[f32],
+    bias: Option<&[f32]>,
+    dim: usize,
+    f: impl Fn(f32) -> f32,
+) {
+    match bias {
+        Some(b) => {
+            for (o, x) in o.chunks_mut(dim).zip(x.chunks(dim)) {
+                for ((o, &x), &b) in o.iter_mut().zip(x).zip(b) {
+                    *o = f(x + b);
+                }
+            }
+        }
+        None => {
+            for (o, &x) in o.iter_mut().zip(x) {
+                *o = f(x);
+            }
+        }
+    }
+}
+
+/// `o = g · f'(x + bias)` over rows of width `dim`, the bias's gradient (Σ over rows) added into
+/// `db` (empty without a bias).
+#[inline(always)]
+fn backward_rows(
+    (o, x, g): (&mut [f32], &[f32], &[f32]),
+    bias: Option<&[f32]>,
+    db: &mut [f32],
+    dim: usize,
+    f: impl Fn(f32) -> f32,
+) {
+    for ((o, x), g) in o.chunks_mut(dim).zip(x.chunks(dim)).zip(g.chunks(dim)) {
+        match bias {
+            // Zipped, not indexed: indexing the bias and its sums kept this loop from
+            // vectorising (bounds checks).
+            Some(b) => {
+                let (ox, gb) = (o.iter_mut().zip(x), g.iter().zip(b));
+                for (((o, &x), (&g, &b)), db) in ox.zip(gb).zip(db.iter_mut()) {
+                    let d = g * f(x + b);
+                    *o = d;
+                    *db += d;
+                }
+            }
+            None => {
+                for ((o, &x), &g) in o.iter_mut().zip(x).zip(g) {
+                    *o = g * f(x);
+                }
+            }
+        }
+    }
+}
+
 /// `act(x + bias)` elementwise, the bias broadcast along the last dimension (width `dim`).
 fn act_forward(x: &[f32], bias: Option<&[f32]>, dim: usize, act: Activation) -> Vec<f32> {
     let _timer = profile::Timer::start(profile::Part::Elementwise);
@@ -70,23 +127,13 @@ fn act_forward(x: &[f32], bias: Option<&[f32]>, dim: usize, act: Activation) -> 
     out.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk))
         .for_each(|(o, x)| {
-            // `for` loops, not `for_each`: an iterator's `fold` that LLVM leaves out of line is
-            // compiled for the baseline target, outside the level's features.
+            // The activation is matched outside the loops: matched per element, LLVM computed
+            // both activations for every element and selected one (if-conversion).
             level.run(
                 #[inline(always)]
-                || match bias {
-                    Some(b) => {
-                        for (o, x) in o.chunks_mut(dim).zip(x.chunks(dim)) {
-                            for ((o, &x), &b) in o.iter_mut().zip(x).zip(b) {
-                                *o = act.value(x + b);
-                            }
-                        }
-                    }
-                    None => {
-                        for (o, &x) in o.iter_mut().zip(x) {
-                            *o = act.value(x);
-                        }
-                    }
+                || match act {
+                    Activation::Silu => forward_rows(o, x, bias, dim, silu),
+                    Activation::Gelu => forward_rows(o, x, bias, dim, gelu),
                 },
             )
         });
@@ -119,7 +166,7 @@ impl<const P: usize> Backward<Flex, P> for ActBackward {
         let shape = dims(&saved.input);
         let dim = *shape.last().expect("rank ≥ 1");
         let (x, g) = (slice(&saved.input), slice(&grad));
-        let (act, bias) = (saved.act, saved.bias.as_deref());
+        let (act, bias) = (saved.act, saved.bias.as_deref().map(Vec::as_slice));
         let chunk = ELEMENTWISE_CHUNK.div_ceil(dim) * dim;
         let mut dx = vec![0f32; x.len()];
         let level = simd::current();
@@ -133,23 +180,13 @@ impl<const P: usize> Backward<Flex, P> for ActBackward {
                     #[inline(always)]
                     || {
                         let mut db = vec![0f32; if bias.is_some() { dim } else { 0 }];
-                        for ((o, x), g) in o.chunks_mut(dim).zip(x.chunks(dim)).zip(g.chunks(dim)) {
-                            match bias {
-                                // Zipped, not indexed: indexing the bias and its sums kept this
-                                // loop from vectorising (bounds checks).
-                                Some(b) => {
-                                    let (ox, gb) = (o.iter_mut().zip(x), g.iter().zip(b));
-                                    for (((o, &x), (&g, &b)), db) in ox.zip(gb).zip(db.iter_mut()) {
-                                        let d = g * act.derivative(x + b);
-                                        *o = d;
-                                        *db += d;
-                                    }
-                                }
-                                None => {
-                                    for ((o, &x), &g) in o.iter_mut().zip(x).zip(g) {
-                                        *o = g * act.derivative(x);
-                                    }
-                                }
+                        // Matched outside the loops, as in the forward.
+                        match act {
+                            Activation::Silu => {
+                                backward_rows((o, x, g), bias, &mut db, dim, silu_derivative)
+                            }
+                            Activation::Gelu => {
+                                backward_rows((o, x, g), bias, &mut db, dim, gelu_derivative)
                             }
                         }
                         db
