@@ -120,7 +120,7 @@ fn backward_rows(
 /// `act(x + bias)` elementwise, the bias broadcast along the last dimension (width `dim`).
 fn act_forward(x: &[f32], bias: Option<&[f32]>, dim: usize, act: Activation) -> Vec<f32> {
     let _timer = profile::Timer::start(profile::Part::Elementwise);
-    let mut out = vec![0f32; x.len()];
+    let mut out = zeros(x.len());
     // Whole rows per task, so that each task's rows line up with the bias.
     let chunk = ELEMENTWISE_CHUNK.div_ceil(dim) * dim;
     let level = simd::current();
@@ -168,7 +168,7 @@ impl<const P: usize> Backward<Flex, P> for ActBackward {
         let (x, g) = (slice(&saved.input), slice(&grad));
         let (act, bias) = (saved.act, saved.bias.as_deref().map(Vec::as_slice));
         let chunk = ELEMENTWISE_CHUNK.div_ceil(dim) * dim;
-        let mut dx = vec![0f32; x.len()];
+        let mut dx = zeros(x.len());
         let level = simd::current();
         // dpre = g · act'(x + b); dx = dpre; dbias = Σ over rows of dpre.
         let dbias = dx

@@ -336,11 +336,11 @@ fn attn_forward_one(
 /// backward when `keep` says so).
 fn attn_forward(x: &AttnInputs, keep: Keep) -> (Vec<f32>, Vec<f32>, Option<KeptScores>) {
     let _timer = profile::Timer::start(profile::Part::Attention);
-    let mut out = vec![0f32; x.n * x.t * x.dv];
-    let mut lse = vec![0f32; x.n * x.t];
+    let mut out = zeros(x.n * x.t * x.dv);
+    let mut lse = zeros(x.n * x.t);
     let per_batch = x.block_scores_len();
     let mut kept = match keep {
-        Keep::Scores | Keep::Probabilities => vec![0f32; x.n * per_batch],
+        Keep::Scores | Keep::Probabilities => zeros(x.n * per_batch),
         Keep::Nothing => Vec::new(),
     };
     // One slice of `kept` per batch element, empty when nothing is kept.
@@ -656,9 +656,9 @@ fn attn_backward(
         |b: usize| kept.map(|k| (&k.data[b * k.per_batch..(b + 1) * k.per_batch], k.kind));
     let _timer = profile::Timer::start(profile::Part::Attention);
     let (n, t, s, dkw, dvw) = (x.n, x.t, x.s, x.dk, x.dv);
-    let mut dq = vec![0f32; n * t * dkw];
-    let mut dk = vec![0f32; n * s * dkw];
-    let mut dv = vec![0f32; n * s * dvw];
+    let mut dq = zeros(n * t * dkw);
+    let mut dk = zeros(n * s * dkw);
+    let mut dv = zeros(n * s * dvw);
     let has_bias = x.bias.is_some();
     let dbias = if x.parallel_batches() {
         let partial: Vec<Option<Vec<f32>>> = dq
@@ -721,7 +721,8 @@ fn attn_backward(
 #[derive(Clone)]
 struct AttnSaved {
     inputs: AttnInputs,
-    out: Arc<Vec<f32>>,
+    /// The forward's output, shared with the graph (not copied).
+    out: FlexTensor,
     lse: Arc<Vec<f32>>,
     kept: Option<Arc<KeptScores>>,
 }
@@ -743,7 +744,8 @@ impl<const P: usize> Backward<Flex, P> for AttnBackward {
         let x = &saved.inputs;
         let grad = contiguous(&grads.consume::<Flex>(&ops.node));
         let kept = saved.kept.as_deref();
-        let (dq, dk, dv, dbias) = attn_backward(x, (&saved.out, &saved.lse, kept), slice(&grad));
+        let (dq, dk, dv, dbias) =
+            attn_backward(x, (slice(&saved.out), &saved.lse, kept), slice(&grad));
         let results = [
             (Some(dq), vec![x.n, x.t, x.dk]),
             (Some(dk), vec![x.n, x.s, x.dk]),
@@ -764,14 +766,13 @@ fn attention_autodiff<const P: usize>(
     let inputs = AttnInputs::new(&prims[0], &prims[1], &prims[2], prims.get(3), spec);
     let (out, lse, kept) = attn_forward(&inputs, inputs.keep_for_backward());
     let shape = vec![inputs.n, inputs.t, inputs.dv];
-    let out = Arc::new(out);
-    let output = flex_from(out.as_ref().clone(), shape);
+    let output = flex_from(out, shape);
     record(
         AttnBackward,
         nodes,
         AttnSaved {
             inputs,
-            out,
+            out: output.clone(),
             lse: Arc::new(lse),
             kept: kept.map(Arc::new),
         },

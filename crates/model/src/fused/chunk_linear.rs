@@ -150,7 +150,7 @@ impl LinInputs {
     /// exclusive prefix sums in chunk order (causal) or their sum (bidirectional).
     fn summaries(&self) -> Vec<f32> {
         let (s, e) = (self.s, self.e);
-        let mut terms = vec![0f32; self.n * self.chunks() * s * e];
+        let mut terms = zeros(self.n * self.chunks() * s * e);
         let items: Vec<&mut [f32]> = terms.chunks_mut(s * e).collect();
         for_each_item(items, |i, term, par| {
             let (b, g) = (i / self.chunks(), i % self.chunks());
@@ -258,7 +258,7 @@ fn lin_forward(x: &LinInputs) -> (Vec<f32>, Vec<f32>) {
     let _timer = profile::Timer::start(profile::Part::Attention);
     let (c, s, e) = (x.chunk, x.s, x.e);
     let summaries = x.summaries();
-    let mut out = vec![0f32; x.n * x.t * e];
+    let mut out = zeros(x.n * x.t * e);
     let items: Vec<&mut [f32]> = out.chunks_mut(c * e).collect();
     for_each_item(items, |i, out, par| {
         let (b, g) = (i / x.chunks(), i % x.chunks());
@@ -298,7 +298,7 @@ fn lin_backward(x: &LinInputs, grad: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let dout = |b: usize, g: usize| grad[(b * t + g * c) * e..].as_ptr();
     // D_g = f · Σ over the chunks h that see chunk g of Q_lin,hᵀ dO_h: per-chunk terms, then
     // their sums after g (causal) or over all (bidirectional).
-    let mut terms = vec![0f32; x.n * x.chunks() * s * e];
+    let mut terms = zeros(x.n * x.chunks() * s * e);
     let items: Vec<&mut [f32]> = terms.chunks_mut(s * e).collect();
     for_each_item(items, |i, term, par| {
         let (b, g) = (i / x.chunks(), i % x.chunks());
@@ -318,9 +318,9 @@ fn lin_backward(x: &LinInputs, grad: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     });
     let sum = if x.causal { Sum::After } else { Sum::All };
     let d_sums = chunk_sums(terms, x.n, x.chunks(), s * e, sum);
-    let mut dq = vec![0f32; x.n * t * s];
-    let mut dk = vec![0f32; x.n * t * s];
-    let mut dv = vec![0f32; x.n * t * e];
+    let mut dq = zeros(x.n * t * s);
+    let mut dk = zeros(x.n * t * s);
+    let mut dv = zeros(x.n * t * e);
     let items: Vec<_> = dq
         .chunks_mut(c * s)
         .zip(dk.chunks_mut(c * s))

@@ -75,7 +75,7 @@ impl Backward<Flex, 1> for CeBackward {
         let logits = slice(&saved.logits);
         let n = saved.targets.len();
         let v = logits.len() / n.max(1);
-        let mut out = vec![0f32; logits.len()];
+        let mut out = zeros(logits.len());
         let level = simd::current();
         out.par_chunks_mut(v)
             .zip(logits.par_chunks(v))

@@ -90,7 +90,7 @@ fn head_forward(
     with_grads: bool,
 ) -> (f32, Option<DxDw>) {
     let rows: Vec<usize> = (0..n).filter(|&r| coef[r] != 0.0).collect();
-    let mut grads = with_grads.then(|| (vec![0f32; n * d], vec![0f32; v * d]));
+    let mut grads = with_grads.then(|| (zeros(n * d), zeros(v * d)));
     let mut loss = 0f64;
     let mut xb = Vec::new();
     let mut logits: Vec<f32> = Vec::new();

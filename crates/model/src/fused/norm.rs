@@ -30,7 +30,7 @@ fn norm_forward(
 ) -> (Vec<f32>, RowStats) {
     let _timer = profile::Timer::start(profile::Part::Elementwise);
     let rows = x.len() / d;
-    let mut out = vec![0f32; x.len()];
+    let mut out = zeros(x.len());
     let mut mean = vec![0f32; rows];
     let mut rstd = vec![0f32; rows];
     let level = simd::current();
@@ -77,7 +77,7 @@ fn norm_backward(
     stats: &RowStats,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let _timer = profile::Timer::start(profile::Part::Elementwise);
-    let mut dx = vec![0f32; x.len()];
+    let mut dx = zeros(x.len());
     let level = simd::current();
     let (dgamma, dbeta): (Vec<_>, Vec<_>) = dx
         .par_chunks_mut(NORM_ROWS * d)

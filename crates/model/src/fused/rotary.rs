@@ -68,11 +68,14 @@ fn rotate_forward(
     tab: &RotaryTables,
 ) -> Vec<f32> {
     let _timer = profile::Timer::start(profile::Part::Elementwise);
-    let mut out = x.to_vec();
+    // Copied by the tasks (not `x.to_vec()` on the calling thread), each rotating its rows in place.
+    let mut out = zeros(x.len());
     let level = simd::current();
     out.par_chunks_mut(ROTARY_ROWS * dim)
+        .zip(x.par_chunks(ROTARY_ROWS * dim))
         .enumerate()
-        .for_each(|(c, rows)| {
+        .for_each(|(c, (rows, x))| {
+            rows.copy_from_slice(x);
             level.run(
                 #[inline(always)]
                 || rotate_rows(rows, c * ROTARY_ROWS, dim, affine, tab),
@@ -98,7 +101,7 @@ impl<const P: usize> Backward<Flex, P> for RotBackward {
         let tab = &saved.tables;
         let gamma = saved.gamma.as_deref();
         // dY = Rᵀ dOut (the inverse rotation); dX = γ ⊙ dY; dγ = Σ X ⊙ dY; dβ = Σ dY.
-        let mut dx = vec![0f32; x.len()];
+        let mut dx = zeros(x.len());
         let level = simd::current();
         let (dgamma, dbeta) = dx
             .par_chunks_mut(ROTARY_ROWS * dim)
