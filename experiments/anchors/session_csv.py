@@ -12,6 +12,8 @@ JAX: `flash_jax.py`'s `tfmpp` (dense [B, H, T, T] scores) is written as
 (the best this JAX does for Transformer++). PyTorch: `torch_anchor.py`'s `tfmpp` (x-transformers,
 SDPA attention) is `transformer_plusplus`; where the session re-timed some PyTorch rows
 (`raw/torch_anchor_recheck_DATE.csv`), each of those rows is the faster of its two timings.
+Sessions run by `session.py` (from 2026-12-05d) time every row in several rounds (a `round` column
+in each raw file): each row is its fastest round, the rule `session.py` applies to ours.
 """
 import csv, os, sys
 
@@ -21,6 +23,15 @@ NAMES = {"tfmpp": "transformer_plusplus"}
 def rows(path):
     with open(path) as f:
         return [r for r in csv.DictReader(line for line in f if not line.startswith("#"))]
+
+
+def fastest(path):
+    """(model, context) -> the smallest median over the file's rows (one per round), in file order."""
+    best = {}
+    for r in rows(path):
+        key, t = (r["model"], int(r["context"])), float(r["median_s_per_step"])
+        best[key] = min(t, best.get(key, t))
+    return best
 
 
 def write(path, out):
@@ -36,21 +47,19 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     raw = lambda name: os.path.join(here, "raw", f"{name}_{date}.csv")
     jax, dense, block = [], {}, {}
-    for r in rows(raw("flash_jax")):
-        m, c, s = r["model"], int(r["context"]), float(r["median_s_per_step"])
+    for (m, c), s in fastest(raw("flash_jax")).items():
         if m == "tfmpp":
             dense[c] = s
         else:
             jax.append((m, c, s))
-    for r in rows(raw("tfmpp_blockwise_jax")):
-        block[int(r["context"])] = float(r["median_s_per_step"])
+    for (_, c), s in fastest(raw("tfmpp_blockwise_jax")).items():
+        block[c] = s
     for c in sorted(dense):
         jax.append(("transformer_plusplus", c, min(dense[c], block.get(c, dense[c]))))
     jax += [("transformer_plusplus_dense_scores", c, s) for c, s in sorted(dense.items())]
     jax += [("transformer_plusplus_blockwise", c, s) for c, s in sorted(block.items())]
     write(os.path.join(here, f"flash_jax_cpu_{date}.csv"), jax)
-    torch = [(NAMES.get(r["model"], r["model"]), int(r["context"]), float(r["median_s_per_step"]))
-             for r in rows(raw("torch_anchor"))]
+    torch = [(NAMES.get(m, m), c, s) for (m, c), s in fastest(raw("torch_anchor")).items()]
     # A re-check of some rows in the same session (`torch_anchor_recheck_DATE.csv`, where present):
     # each row keeps the faster of its timings, the comparison least favourable to ours.
     if os.path.exists(raw("torch_anchor_recheck")):

@@ -1,0 +1,211 @@
+"""Issue 19's timing session: ours (`table11 --profile cpu`) and both anchors, interleaved context by
+context over several rounds, so that each comparison sees the same machine state.
+
+usage: python3 experiments/anchors/session.py DATE [--rounds 2] [--contexts 512,...,8192]
+           [--allocator PATH | --allocator none]
+
+Why interleaved: these 2-core cloud machines drift by tens of percent over minutes (2026-12-05c: the
+table ran in a slow phase, a profile 15 minutes later ran the same step 25-35% faster), so anchors
+timed 10-30 minutes away from ours (the earlier `session.sh`: all of JAX, then all of PyTorch, then
+ours) compared machine states as much as code. Here every context is one block (ours: the three
+models, then JAX and its blockwise Transformer++, then PyTorch), the blocks run context by context,
+and the next round runs them again with the order inside each block reversed. Each side of each
+row keeps its fastest round: the same rule for ours and for the anchors.
+
+Why an allocator: with glibc's malloc both anchors give their large tensors back to the kernel after
+every step and fault them in again (PyTorch's FLASH at 512: 3.9 M page faults, 31 s of system time
+against 43 s of user time over 5 steps; JAX's dense Transformer++ at 8192: 323 s of system time),
+and what a page fault costs on these virtual machines varies several-fold over a day. PyTorch's CPU
+performance guide recommends preloading tcmalloc or jemalloc; with tcmalloc both anchors ran 1.3-3.6x
+faster in the probe of 2026-12-05 (`raw/allocator_probe_2026-12-05d.txt`). So the anchors run with
+`LD_PRELOAD` set to tcmalloc by default (`apt-get install libtcmalloc-minimal4`): the stronger
+anchors, the comparison least favourable to ours. Ours links mimalloc (`crates/model`), which keeps
+its memory between steps.
+
+Writes, under experiments/anchors/raw/: ours_DATE.csv (every `latency.csv` row of every round, with
+a `round` column), flash_jax_DATE.csv, tfmpp_blockwise_jax_DATE.csv, torch_anchor_DATE.csv (the
+anchors' rows, with `round`) and session_DATE.log (start and end of every run); and
+results/table11/latency.csv (each row: ours' fastest round, copied verbatim), env.json and
+config.json. Then run `python3 experiments/anchors/session_csv.py DATE`, point `latency.rs`'s
+SESSION_ANCHORS at the new files and run `table11 --profile cpu --report`.
+"""
+import argparse, csv, io, json, os, shutil, subprocess, sys, tempfile, time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+RAW = os.path.join(ROOT, "experiments", "anchors", "raw")
+OUT = os.path.join(ROOT, "results", "table11")
+TABLE11 = os.path.join(ROOT, "target", "release", "table11")
+VENV_JAX = os.path.join(ROOT, "..", "venv-jax", "bin", "python")
+VENV_TORCH = os.path.join(ROOT, "..", "venv-torch", "bin", "python")
+JAX_ANCHOR = os.path.join(ROOT, "..", "shared", "anchors", "flash_jax.py")
+TORCH_ANCHOR = os.path.join(ROOT, "..", "shared", "anchors", "torch_anchor.py")
+BLOCKWISE = os.path.join(ROOT, "experiments", "anchors", "tfmpp_blockwise_jax.py")
+TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+MODELS = ["flash", "flash_quad", "transformer_plusplus"]
+ANCHOR_MODELS = "flash,flash_quad,tfmpp"
+
+
+def fail(msg):
+    sys.exit(f"session.py: {msg}")
+
+
+def now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Session:
+    def __init__(self, date, allocator):
+        self.date = date
+        self.allocator = allocator
+        self.log = open(os.path.join(RAW, f"session_{date}.log"), "a")
+        self.rows = {name: [] for name in ["ours", "flash_jax", "tfmpp_blockwise_jax", "torch_anchor"]}
+        self.headers = {}
+        self.comments = {}
+        self.scratch = tempfile.mkdtemp(prefix="table11_session_")
+        self.first_ours = None  # the first of ours' output directories (its env.json and config.json)
+
+    def note(self, text):
+        line = f"{now()} {text}"
+        print(line, flush=True)
+        self.log.write(line + "\n")
+        self.log.flush()
+
+    def run(self, label, cmd, env=None):
+        """Runs one command; returns its stdout. A failing run stops the session with its stderr."""
+        self.note(f"start {label}: {' '.join(cmd)}")
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.stderr.write(done.stderr[-4000:])
+            fail(f"{label} exited with {done.returncode} (its stderr above); fix it and rerun")
+        self.note(f"end {label}")
+        return done.stdout
+
+    def anchor_env(self):
+        env = dict(os.environ)
+        if self.allocator:
+            env["LD_PRELOAD"] = self.allocator
+        return env
+
+    def keep(self, name, text, rnd):
+        """Appends the CSV rows of one run (comment lines kept once) with the round number."""
+        lines = text.splitlines()
+        comments = [l for l in lines if l.startswith("#")]
+        body = [l for l in lines if l.strip() and not l.startswith("#")]
+        if not body:
+            fail(f"{name} printed no CSV rows")
+        reader = csv.DictReader(io.StringIO("\n".join(body)))
+        self.headers.setdefault(name, ["round"] + reader.fieldnames)
+        self.comments.setdefault(name, comments)
+        for row in reader:
+            row["round"] = rnd
+            self.rows[name].append(row)
+        self.write(name)
+
+    def write(self, name):
+        path = os.path.join(RAW, f"{name}_{self.date}.csv")
+        with open(path + ".tmp", "w", newline="") as f:
+            for c in self.comments.get(name, []):
+                f.write(c + "\n")
+            if self.allocator and name != "ours":
+                f.write(f"# LD_PRELOAD={self.allocator}\n")
+            w = csv.DictWriter(f, fieldnames=self.headers[name], lineterminator="\n")
+            w.writeheader()
+            w.writerows(self.rows[name])
+        os.replace(path + ".tmp", path)
+
+    def ours(self, ctx, rnd):
+        out = os.path.join(self.scratch, f"ours_{rnd}_{ctx}")
+        self.run(f"ours {ctx} round {rnd}",
+                 [TABLE11, "--profile", "cpu", "--out", out, "--set", f"contexts=[{ctx}]"])
+        with open(os.path.join(out, "latency.csv")) as f:
+            self.keep("ours", f.read(), rnd)
+        self.first_ours = self.first_ours or out
+
+    def jax(self, ctx, rnd):
+        env = self.anchor_env()
+        text = self.run(f"JAX {ctx} round {rnd}",
+                        [VENV_JAX, JAX_ANCHOR, "--steps", "3", "--models", ANCHOR_MODELS, "--contexts", str(ctx)],
+                        env)
+        self.keep("flash_jax", text, rnd)
+        text = self.run(f"JAX blockwise {ctx} round {rnd}",
+                        [VENV_JAX, BLOCKWISE, "--anchor", JAX_ANCHOR, "--contexts", str(ctx)], env)
+        self.keep("tfmpp_blockwise_jax", text, rnd)
+
+    def torch(self, ctx, rnd):
+        text = self.run(f"PyTorch {ctx} round {rnd}",
+                        [VENV_TORCH, TORCH_ANCHOR, "--steps", "3", "--models", ANCHOR_MODELS, "--contexts",
+                         str(ctx)], self.anchor_env())
+        self.keep("torch_anchor", text, rnd)
+
+
+def fastest_rows(rows):
+    """Per (model, context), the row of the round with the smallest median step."""
+    best = {}
+    for r in rows:
+        key = (r["model"], int(r["context"]))
+        if key not in best or float(r["median_s_per_step"]) < float(best[key]["median_s_per_step"]):
+            best[key] = r
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("date")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--contexts", default="512,1024,2048,4096,8192")
+    ap.add_argument("--allocator", default=TCMALLOC,
+                    help="shared library preloaded into the anchors (default tcmalloc); 'none' for glibc's malloc")
+    a = ap.parse_args()
+    allocator = None if a.allocator == "none" else a.allocator
+    if allocator and not os.path.exists(allocator):
+        fail(f"allocator {allocator} not found: `apt-get install libtcmalloc-minimal4`, or pass --allocator none")
+    for path, fix in [(TABLE11, "cargo build --release -p experiments"),
+                      (VENV_JAX, "python3 -m venv ../venv-jax && ../venv-jax/bin/pip install jax==0.10.2 jaxlib==0.10.2"),
+                      (VENV_TORCH, "python3 -m venv ../venv-torch && ../venv-torch/bin/pip install torch==2.9.0 "
+                                   "flash-pytorch==0.1.9 x-transformers"),
+                      (JAX_ANCHOR, "the workspace's ../shared checkout"), (TORCH_ANCHOR, "the workspace's ../shared checkout")]:
+        if not os.path.exists(path):
+            fail(f"{path} not found: {fix}")
+    if a.rounds < 1:
+        fail("--rounds must be at least 1")
+    contexts = [int(c) for c in a.contexts.split(",")]
+    for name in ["ours", "flash_jax", "tfmpp_blockwise_jax", "torch_anchor"]:
+        if os.path.exists(os.path.join(RAW, f"{name}_{a.date}.csv")):
+            fail(f"raw/{name}_{a.date}.csv exists: pick a new session DATE (e.g. {a.date}b)")
+    s = Session(a.date, allocator)
+    s.note(f"session {a.date}: rounds {a.rounds}, contexts {contexts}, anchors' allocator {allocator or 'glibc'}")
+    for rnd in range(1, a.rounds + 1):
+        for ctx in contexts:
+            # Round 1: ours, JAX, PyTorch; round 2: PyTorch, JAX, ours; and so on.
+            order = [s.ours, s.jax, s.torch] if rnd % 2 == 1 else [s.torch, s.jax, s.ours]
+            for side in order:
+                side(ctx, rnd)
+    # results/table11: ours' fastest round per row, verbatim, and the provenance of the runs.
+    best = fastest_rows(s.rows["ours"])
+    fields = [f for f in s.headers["ours"] if f != "round"]
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "latency.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+        w.writeheader()
+        for m in MODELS:
+            for c in contexts:
+                if (m, c) in best:
+                    w.writerow(best[(m, c)])
+    with open(os.path.join(s.first_ours, "env.json")) as f:
+        env = json.load(f)
+    env["command"] = f"python3 experiments/anchors/session.py {' '.join(sys.argv[1:])}"
+    with open(os.path.join(OUT, "env.json"), "w") as f:
+        json.dump(env, f, indent=2)
+        f.write("\n")
+    with open(os.path.join(s.first_ours, "config.json")) as f:
+        config = json.load(f)
+    config["contexts"] = contexts  # each run timed one context; together, these
+    with open(os.path.join(OUT, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    shutil.rmtree(s.scratch)
+    s.note(f"end of session {a.date}: wrote raw/*_{a.date}.csv and results/table11/latency.csv")
+
+
+if __name__ == "__main__":
+    main()
