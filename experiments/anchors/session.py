@@ -23,7 +23,8 @@ anchors, the comparison least favourable to ours. Ours links mimalloc (`crates/m
 its memory between steps.
 
 Writes, under experiments/anchors/raw/: ours_DATE.csv (every `latency.csv` row of every round, with
-a `round` column), flash_jax_DATE.csv, tfmpp_blockwise_jax_DATE.csv, torch_anchor_DATE.csv (the
+a `round` column; ours_DATE_env.json and ours_DATE_config.json: the provenance of ours' first
+run), flash_jax_DATE.csv, tfmpp_blockwise_jax_DATE.csv, torch_anchor_DATE.csv (the
 anchors' rows, with `round`) and session_DATE.log (start and end of every run); and
 results/table11/latency.csv (each row: ours' fastest round, copied verbatim), env.json and
 config.json. Then run `python3 experiments/anchors/session_csv.py DATE`, point `latency.rs`'s
@@ -42,7 +43,7 @@ TORCH_ANCHOR = os.path.join(ROOT, "..", "shared", "anchors", "torch_anchor.py")
 BLOCKWISE = os.path.join(ROOT, "experiments", "anchors", "tfmpp_blockwise_jax.py")
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 MODELS = ["flash", "flash_quad", "transformer_plusplus"]
-ANCHOR_MODELS = "flash,flash_quad,tfmpp"
+ANCHOR_MODELS = ["flash", "flash_quad", "tfmpp"]  # the anchors' names
 
 
 def fail(msg):
@@ -62,7 +63,7 @@ class Session:
         self.headers = {}
         self.comments = {}
         self.scratch = tempfile.mkdtemp(prefix="table11_session_")
-        self.first_ours = None  # the first of ours' output directories (its env.json and config.json)
+        self.allocator_used = "tcmalloc" if allocator else "glibc"  # of the anchor run just made
 
     def note(self, text):
         line = f"{now()} {text}"
@@ -74,6 +75,13 @@ class Session:
         """Runs one command; returns its stdout. A failing run stops the session with its stderr."""
         self.note(f"start {label}: {' '.join(cmd)}")
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        if done.returncode == -9 and env is not None and "LD_PRELOAD" in env:
+            # Killed, as the kernel kills a process out of memory: tcmalloc keeps a process's peak
+            # memory, and JAX's dense Transformer++ at 8192 tokens (1 GiB of scores per layer) ran
+            # out of this machine's 24 GiB with it. Rerun with glibc's malloc; the row says so.
+            self.note(f"killed {label} (out of memory with {env['LD_PRELOAD']}); rerun with glibc's malloc")
+            self.allocator_used = "glibc"
+            return self.run(label, cmd, {k: v for k, v in env.items() if k != "LD_PRELOAD"})
         if done.returncode != 0:
             sys.stderr.write(done.stderr[-4000:])
             fail(f"{label} exited with {done.returncode} (its stderr above); fix it and rerun")
@@ -96,9 +104,14 @@ class Session:
         reader = csv.DictReader(io.StringIO("\n".join(body)))
         self.headers.setdefault(name, ["round"] + reader.fieldnames)
         self.comments.setdefault(name, comments)
+        if name != "ours" and "allocator" not in self.headers[name]:
+            self.headers[name].append("allocator")
         for row in reader:
             row["round"] = rnd
+            if name != "ours":
+                row["allocator"] = self.allocator_used
             self.rows[name].append(row)
+        self.allocator_used = "tcmalloc" if self.allocator else "glibc"
         self.write(name)
 
     def write(self, name):
@@ -113,29 +126,66 @@ class Session:
             w.writerows(self.rows[name])
         os.replace(path + ".tmp", path)
 
+    def done(self, name, model, ctx, rnd):
+        """Whether a resumed session already has this row."""
+        return any(r["model"] == model and int(r["context"]) == ctx and int(r["round"]) == rnd
+                   for r in self.rows[name])
+
+    def resume(self):
+        """Loads the rows of an interrupted session with this DATE (`--resume`)."""
+        for name in self.rows:
+            path = os.path.join(RAW, f"{name}_{self.date}.csv")
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                lines = f.read().splitlines()
+            self.comments[name] = [l for l in lines if l.startswith("#") and not l.startswith("# LD_PRELOAD=")]
+            reader = csv.DictReader(l for l in lines if not l.startswith("#"))
+            self.headers[name] = reader.fieldnames
+            self.rows[name] = list(reader)
+            if name != "ours" and "allocator" not in self.headers[name]:
+                # Written before rows named their allocator: the file's LD_PRELOAD line says.
+                preloaded = any(l.startswith("# LD_PRELOAD=") for l in lines)
+                self.headers[name].append("allocator")
+                for r in self.rows[name]:
+                    r["allocator"] = "tcmalloc" if preloaded else "glibc"
+            self.note(f"resumed {len(self.rows[name])} rows of raw/{name}_{self.date}.csv")
+
     def ours(self, ctx, rnd):
+        if all(self.done("ours", m, ctx, rnd) for m in MODELS):
+            return
         out = os.path.join(self.scratch, f"ours_{rnd}_{ctx}")
         self.run(f"ours {ctx} round {rnd}",
                  [TABLE11, "--profile", "cpu", "--out", out, "--set", f"contexts=[{ctx}]"])
         with open(os.path.join(out, "latency.csv")) as f:
             self.keep("ours", f.read(), rnd)
-        self.first_ours = self.first_ours or out
+        # The provenance of ours' first run (git commit, device, SIMD level, resolved config).
+        for kind in ["env", "config"]:
+            kept = os.path.join(RAW, f"ours_{self.date}_{kind}.json")
+            if not os.path.exists(kept):
+                shutil.copy(os.path.join(out, f"{kind}.json"), kept)
 
+    # One process per model: with tcmalloc an anchor keeps its peak memory for the process's life,
+    # and JAX with all three models in one process at 8192 tokens ran out of this machine's 24 GiB.
     def jax(self, ctx, rnd):
         env = self.anchor_env()
-        text = self.run(f"JAX {ctx} round {rnd}",
-                        [VENV_JAX, JAX_ANCHOR, "--steps", "3", "--models", ANCHOR_MODELS, "--contexts", str(ctx)],
-                        env)
-        self.keep("flash_jax", text, rnd)
-        text = self.run(f"JAX blockwise {ctx} round {rnd}",
-                        [VENV_JAX, BLOCKWISE, "--anchor", JAX_ANCHOR, "--contexts", str(ctx)], env)
-        self.keep("tfmpp_blockwise_jax", text, rnd)
+        for m in ANCHOR_MODELS:
+            if not self.done("flash_jax", m, ctx, rnd):
+                text = self.run(f"JAX {m} {ctx} round {rnd}",
+                                [VENV_JAX, JAX_ANCHOR, "--steps", "3", "--models", m, "--contexts", str(ctx)], env)
+                self.keep("flash_jax", text, rnd)
+        if not self.done("tfmpp_blockwise_jax", "transformer_plusplus_blockwise", ctx, rnd):
+            text = self.run(f"JAX blockwise {ctx} round {rnd}",
+                            [VENV_JAX, BLOCKWISE, "--anchor", JAX_ANCHOR, "--contexts", str(ctx)], env)
+            self.keep("tfmpp_blockwise_jax", text, rnd)
 
     def torch(self, ctx, rnd):
-        text = self.run(f"PyTorch {ctx} round {rnd}",
-                        [VENV_TORCH, TORCH_ANCHOR, "--steps", "3", "--models", ANCHOR_MODELS, "--contexts",
-                         str(ctx)], self.anchor_env())
-        self.keep("torch_anchor", text, rnd)
+        for m in ANCHOR_MODELS:
+            if not self.done("torch_anchor", m, ctx, rnd):
+                text = self.run(f"PyTorch {m} {ctx} round {rnd}",
+                                [VENV_TORCH, TORCH_ANCHOR, "--steps", "3", "--models", m, "--contexts", str(ctx)],
+                                self.anchor_env())
+                self.keep("torch_anchor", text, rnd)
 
 
 def fastest_rows(rows):
@@ -153,6 +203,7 @@ def main():
     ap.add_argument("date")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--contexts", default="512,1024,2048,4096,8192")
+    ap.add_argument("--resume", action="store_true", help="go on with an interrupted session of this DATE")
     ap.add_argument("--allocator", default=TCMALLOC,
                     help="shared library preloaded into the anchors (default tcmalloc); 'none' for glibc's malloc")
     a = ap.parse_args()
@@ -170,9 +221,11 @@ def main():
         fail("--rounds must be at least 1")
     contexts = [int(c) for c in a.contexts.split(",")]
     for name in ["ours", "flash_jax", "tfmpp_blockwise_jax", "torch_anchor"]:
-        if os.path.exists(os.path.join(RAW, f"{name}_{a.date}.csv")):
-            fail(f"raw/{name}_{a.date}.csv exists: pick a new session DATE (e.g. {a.date}b)")
+        if os.path.exists(os.path.join(RAW, f"{name}_{a.date}.csv")) and not a.resume:
+            fail(f"raw/{name}_{a.date}.csv exists: pass --resume to go on with it, or pick a new DATE")
     s = Session(a.date, allocator)
+    if a.resume:
+        s.resume()
     s.note(f"session {a.date}: rounds {a.rounds}, contexts {contexts}, anchors' allocator {allocator or 'glibc'}")
     for rnd in range(1, a.rounds + 1):
         for ctx in contexts:
@@ -191,13 +244,13 @@ def main():
             for c in contexts:
                 if (m, c) in best:
                     w.writerow(best[(m, c)])
-    with open(os.path.join(s.first_ours, "env.json")) as f:
+    with open(os.path.join(RAW, f"ours_{a.date}_env.json")) as f:
         env = json.load(f)
     env["command"] = f"python3 experiments/anchors/session.py {' '.join(sys.argv[1:])}"
     with open(os.path.join(OUT, "env.json"), "w") as f:
         json.dump(env, f, indent=2)
         f.write("\n")
-    with open(os.path.join(s.first_ours, "config.json")) as f:
+    with open(os.path.join(RAW, f"ours_{a.date}_config.json")) as f:
         config = json.load(f)
     config["contexts"] = contexts  # each run timed one context; together, these
     with open(os.path.join(OUT, "config.json"), "w") as f:
