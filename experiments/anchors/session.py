@@ -2,7 +2,7 @@
 context over several rounds, so that each comparison sees the same machine state.
 
 usage: python3 experiments/anchors/session.py DATE [--rounds 2] [--contexts 512,...,8192]
-           [--allocator PATH | --allocator none]
+           [--allocator PATH | --allocator none] [--resume]
 
 Why interleaved: these 2-core cloud machines drift by tens of percent over minutes (2026-12-05c: the
 table ran in a slow phase, a profile 15 minutes later ran the same step 25-35% faster), so anchors
@@ -32,6 +32,8 @@ SESSION_ANCHORS at the new files and run `table11 --profile cpu --report`.
 """
 import argparse, csv, io, json, os, shutil, subprocess, sys, tempfile, time
 
+from session_csv import fastest_rows  # the same rule for ours as for the anchors
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RAW = os.path.join(ROOT, "experiments", "anchors", "raw")
 OUT = os.path.join(ROOT, "results", "table11")
@@ -44,6 +46,7 @@ BLOCKWISE = os.path.join(ROOT, "experiments", "anchors", "tfmpp_blockwise_jax.py
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 MODELS = ["flash", "flash_quad", "transformer_plusplus"]
 ANCHOR_MODELS = ["flash", "flash_quad", "tfmpp"]  # the anchors' names
+RAW_FILES = ["ours", "flash_jax", "tfmpp_blockwise_jax", "torch_anchor"]  # raw/NAME_DATE.csv
 
 
 def fail(msg):
@@ -59,11 +62,10 @@ class Session:
         self.date = date
         self.allocator = allocator
         self.log = open(os.path.join(RAW, f"session_{date}.log"), "a")
-        self.rows = {name: [] for name in ["ours", "flash_jax", "tfmpp_blockwise_jax", "torch_anchor"]}
+        self.rows = {name: [] for name in RAW_FILES}
         self.headers = {}
         self.comments = {}
         self.scratch = tempfile.mkdtemp(prefix="table11_session_")
-        self.allocator_used = "tcmalloc" if allocator else "glibc"  # of the anchor run just made
 
     def note(self, text):
         line = f"{now()} {text}"
@@ -71,31 +73,35 @@ class Session:
         self.log.write(line + "\n")
         self.log.flush()
 
-    def run(self, label, cmd, env=None):
-        """Runs one command; returns its stdout. A failing run stops the session with its stderr."""
+    def run(self, label, cmd, env=None, killed_ok=False):
+        """Runs one command; returns its stdout, or None when it was killed and `killed_ok`. Any other
+        failure stops the session with the command's stderr."""
         self.note(f"start {label}: {' '.join(cmd)}")
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-        if done.returncode == -9 and env is not None and "LD_PRELOAD" in env:
-            # Killed, as the kernel kills a process out of memory: tcmalloc keeps a process's peak
-            # memory, and JAX's dense Transformer++ at 8192 tokens (1 GiB of scores per layer) ran
-            # out of this machine's 24 GiB with it. Rerun with glibc's malloc; the row says so.
-            self.note(f"killed {label} (out of memory with {env['LD_PRELOAD']}); rerun with glibc's malloc")
-            self.allocator_used = "glibc"
-            return self.run(label, cmd, {k: v for k, v in env.items() if k != "LD_PRELOAD"})
+        if done.returncode == -9 and killed_ok:
+            self.note(f"killed {label}")
+            return None
         if done.returncode != 0:
             sys.stderr.write(done.stderr[-4000:])
             fail(f"{label} exited with {done.returncode} (its stderr above); fix it and rerun")
         self.note(f"end {label}")
         return done.stdout
 
-    def anchor_env(self):
-        env = dict(os.environ)
+    def anchor(self, name, label, cmd, rnd):
+        """Runs one anchor with the allocator preloaded and keeps its rows under raw/NAME_DATE.csv."""
         if self.allocator:
-            env["LD_PRELOAD"] = self.allocator
-        return env
+            text = self.run(label, cmd, dict(os.environ, LD_PRELOAD=self.allocator), killed_ok=True)
+            if text is not None:
+                return self.keep(name, text, rnd, "tcmalloc" if self.allocator == TCMALLOC else self.allocator)
+            # Killed, as the kernel kills a process out of memory: tcmalloc keeps a process's peak
+            # memory, and JAX's dense Transformer++ at 8192 tokens (1 GiB of scores per layer) ran
+            # out of this machine's 24 GiB with it. Rerun with glibc's malloc; the row says so.
+            self.note(f"rerun {label} with glibc's malloc (killed, out of memory, with {self.allocator})")
+        self.keep(name, self.run(label, cmd), rnd, "glibc")
 
-    def keep(self, name, text, rnd):
-        """Appends the CSV rows of one run (comment lines kept once) with the round number."""
+    def keep(self, name, text, rnd, allocator=None):
+        """Appends the CSV rows of one run (comment lines kept once) with the round number and, for
+        an anchor, the allocator it ran with."""
         lines = text.splitlines()
         comments = [l for l in lines if l.startswith("#")]
         body = [l for l in lines if l.strip() and not l.startswith("#")]
@@ -104,14 +110,13 @@ class Session:
         reader = csv.DictReader(io.StringIO("\n".join(body)))
         self.headers.setdefault(name, ["round"] + reader.fieldnames)
         self.comments.setdefault(name, comments)
-        if name != "ours" and "allocator" not in self.headers[name]:
+        if allocator is not None and "allocator" not in self.headers[name]:
             self.headers[name].append("allocator")
         for row in reader:
             row["round"] = rnd
-            if name != "ours":
-                row["allocator"] = self.allocator_used
+            if allocator is not None:
+                row["allocator"] = allocator
             self.rows[name].append(row)
-        self.allocator_used = "tcmalloc" if self.allocator else "glibc"
         self.write(name)
 
     def write(self, name):
@@ -143,12 +148,6 @@ class Session:
             reader = csv.DictReader(l for l in lines if not l.startswith("#"))
             self.headers[name] = reader.fieldnames
             self.rows[name] = list(reader)
-            if name != "ours" and "allocator" not in self.headers[name]:
-                # Written before rows named their allocator: the file's LD_PRELOAD line says.
-                preloaded = any(l.startswith("# LD_PRELOAD=") for l in lines)
-                self.headers[name].append("allocator")
-                for r in self.rows[name]:
-                    r["allocator"] = "tcmalloc" if preloaded else "glibc"
             self.note(f"resumed {len(self.rows[name])} rows of raw/{name}_{self.date}.csv")
 
     def ours(self, ctx, rnd):
@@ -168,34 +167,19 @@ class Session:
     # One process per model: with tcmalloc an anchor keeps its peak memory for the process's life,
     # and JAX with all three models in one process at 8192 tokens ran out of this machine's 24 GiB.
     def jax(self, ctx, rnd):
-        env = self.anchor_env()
         for m in ANCHOR_MODELS:
             if not self.done("flash_jax", m, ctx, rnd):
-                text = self.run(f"JAX {m} {ctx} round {rnd}",
-                                [VENV_JAX, JAX_ANCHOR, "--steps", "3", "--models", m, "--contexts", str(ctx)], env)
-                self.keep("flash_jax", text, rnd)
+                self.anchor("flash_jax", f"JAX {m} {ctx} round {rnd}",
+                            [VENV_JAX, JAX_ANCHOR, "--steps", "3", "--models", m, "--contexts", str(ctx)], rnd)
         if not self.done("tfmpp_blockwise_jax", "transformer_plusplus_blockwise", ctx, rnd):
-            text = self.run(f"JAX blockwise {ctx} round {rnd}",
-                            [VENV_JAX, BLOCKWISE, "--anchor", JAX_ANCHOR, "--contexts", str(ctx)], env)
-            self.keep("tfmpp_blockwise_jax", text, rnd)
+            self.anchor("tfmpp_blockwise_jax", f"JAX blockwise {ctx} round {rnd}",
+                        [VENV_JAX, BLOCKWISE, "--anchor", JAX_ANCHOR, "--contexts", str(ctx)], rnd)
 
     def torch(self, ctx, rnd):
         for m in ANCHOR_MODELS:
             if not self.done("torch_anchor", m, ctx, rnd):
-                text = self.run(f"PyTorch {m} {ctx} round {rnd}",
-                                [VENV_TORCH, TORCH_ANCHOR, "--steps", "3", "--models", m, "--contexts", str(ctx)],
-                                self.anchor_env())
-                self.keep("torch_anchor", text, rnd)
-
-
-def fastest_rows(rows):
-    """Per (model, context), the row of the round with the smallest median step."""
-    best = {}
-    for r in rows:
-        key = (r["model"], int(r["context"]))
-        if key not in best or float(r["median_s_per_step"]) < float(best[key]["median_s_per_step"]):
-            best[key] = r
-    return best
+                self.anchor("torch_anchor", f"PyTorch {m} {ctx} round {rnd}",
+                            [VENV_TORCH, TORCH_ANCHOR, "--steps", "3", "--models", m, "--contexts", str(ctx)], rnd)
 
 
 def main():
@@ -220,7 +204,7 @@ def main():
     if a.rounds < 1:
         fail("--rounds must be at least 1")
     contexts = [int(c) for c in a.contexts.split(",")]
-    for name in ["ours", "flash_jax", "tfmpp_blockwise_jax", "torch_anchor"]:
+    for name in RAW_FILES:
         if os.path.exists(os.path.join(RAW, f"{name}_{a.date}.csv")) and not a.resume:
             fail(f"raw/{name}_{a.date}.csv exists: pass --resume to go on with it, or pick a new DATE")
     s = Session(a.date, allocator)

@@ -25,13 +25,19 @@ def rows(path):
         return [r for r in csv.DictReader(line for line in f if not line.startswith("#"))]
 
 
+def fastest_rows(rows):
+    """(model, context) -> the row with the smallest median among its rounds, in first-seen order."""
+    best = {}
+    for r in rows:
+        key = (r["model"], int(r["context"]))
+        if key not in best or float(r["median_s_per_step"]) < float(best[key]["median_s_per_step"]):
+            best[key] = r
+    return best
+
+
 def fastest(path):
     """(model, context) -> the smallest median over the file's rows (one per round), in file order."""
-    best = {}
-    for r in rows(path):
-        key, t = (r["model"], int(r["context"])), float(r["median_s_per_step"])
-        best[key] = min(t, best.get(key, t))
-    return best
+    return {k: float(r["median_s_per_step"]) for k, r in fastest_rows(rows(path)).items()}
 
 
 def write(path, out):
