@@ -24,10 +24,11 @@ use crate::attention::{
     ChunkParts, MixedChunkSpec, mixed_chunk_attention, rank_bias_pays, score_spec,
     scored_attention, scored_attention_rank_bias, scored_attention_reference,
 };
-use crate::fused::{Activation, ScoreFn};
+use crate::fused::{Activation, Gate, ScoreFn, gated_activation};
 use crate::layers::{
     Direction, GlobalScaling, Norm, NormKind, RelPosBias, Relu2Scaling, Rope, ScaleOffset, add_to,
-    append, linear, linear_columns_activated, normal_init, relu2,
+    append, linear, linear_bias_columns, linear_columns_activated, linear_columns_unbiased,
+    normal_init, relu2,
 };
 
 /// How a GAU layer spans the sequence.
@@ -286,7 +287,9 @@ impl Gau {
         let part = |start, len| {
             linear_columns_activated(&self.proj, h.clone(), (start, len), Activation::Silu)
         };
-        let u = (self.d_u > 0).then(|| part(0, self.d_u));
+        // U before its bias and SiLU, which the gate applies in its own pass (`output`).
+        let u =
+            (self.d_u > 0).then(|| linear_columns_unbiased(&self.proj, h.clone(), (0, self.d_u)));
         let mut v = part(self.d_u, self.d_e);
         let z = part(self.d_u + self.d_e, self.d_qk);
         if let Some(keep) = keep {
@@ -302,10 +305,14 @@ impl Gau {
         (u, v, heads)
     }
 
-    /// `x + (U ⊙ A) W_o`, or `x + A W_o` without the gate.
-    fn output(&self, x: Tensor<3>, u: Option<Tensor<3>>, a: Tensor<3>) -> Tensor<3> {
-        let mixed = match u {
-            Some(u) => u * a,
+    /// `x + (U ⊙ A) W_o`, or `x + A W_o` without the gate; `u_pre`: U before its bias and SiLU
+    /// (`U = silu(X W_u + b_u)`, FLASH Eq. 1), folded into the gate's single pass.
+    fn output(&self, x: Tensor<3>, u_pre: Option<Tensor<3>>, a: Tensor<3>) -> Tensor<3> {
+        let mixed = match u_pre {
+            Some(u_pre) => {
+                let bias = linear_bias_columns(&self.proj, (0, self.d_u));
+                gated_activation(u_pre, bias, Activation::Silu, Gate::Tensor(a))
+            }
             None => a,
         };
         x + linear(&self.out, mixed)

@@ -399,10 +399,10 @@ impl RelPosBias {
 pub fn linear_columns(linear: &Linear, x: Tensor<3>, start: usize, len: usize) -> Tensor<3> {
     let [b, t, d] = x.dims();
     let w = linear.weight.val().narrow(1, start, len); // [d_in, len]
-    let y = fused::matmul_2d(x.reshape([b * t, d]), w);
+    let x = x.reshape([b * t, d]);
     let y = match &linear.bias {
-        Some(bias) => y + bias.val().narrow(0, start, len).unsqueeze::<2>(),
-        None => y,
+        Some(bias) => fused::affine_2d(x, w, bias.val().narrow(0, start, len)),
+        None => fused::matmul_2d(x, w),
     };
     y.reshape([b, t, len])
 }
@@ -413,6 +413,24 @@ pub fn linear(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
     linear_columns(linear, x, 0, d_out)
 }
 
+/// `x W[:, cols]` without the bias: [B, T, d_in] → [B, T, len], for the kernels that add the bias
+/// in their own pass ([`fused::bias_activation`], [`fused::gated_activation`]); the bias slice
+/// `b[cols]` is [`linear_bias_columns`].
+pub fn linear_columns_unbiased(
+    linear: &Linear,
+    x: Tensor<3>,
+    (start, len): (usize, usize),
+) -> Tensor<3> {
+    let [b, t, d] = x.dims();
+    let w = linear.weight.val().narrow(1, start, len); // [d_in, len]
+    fused::matmul_2d(x.reshape([b * t, d]), w).reshape([b, t, len])
+}
+
+/// The bias entries `b[start .. start + len]` of `linear`, if it has a bias.
+pub fn linear_bias_columns(linear: &Linear, (start, len): (usize, usize)) -> Option<Tensor<1>> {
+    linear.bias.as_ref().map(|b| b.val().narrow(0, start, len))
+}
+
 /// `act(x W[:, cols] + b[cols])`: [`linear_columns`] followed by an activation, the bias folded
 /// into the activation's single pass ([`fused::bias_activation`]).
 pub fn linear_columns_activated(
@@ -421,11 +439,8 @@ pub fn linear_columns_activated(
     (start, len): (usize, usize),
     act: Activation,
 ) -> Tensor<3> {
-    let [b, t, d] = x.dims();
-    let w = linear.weight.val().narrow(1, start, len); // [d_in, len]
-    let y = fused::matmul_2d(x.reshape([b * t, d]), w).reshape([b, t, len]);
-    let bias = linear.bias.as_ref().map(|b| b.val().narrow(0, start, len));
-    fused::bias_activation(y, bias, act)
+    let y = linear_columns_unbiased(linear, x, (start, len));
+    fused::bias_activation(y, linear_bias_columns(linear, (start, len)), act)
 }
 
 /// Per-dimension scale and offset producing `heads` cheap heads from one shared representation Z

@@ -24,10 +24,11 @@ use crate::attention::{
     favor_features, favor_query_features, favor_ratio, mixed_chunk_attention, relu2_attention,
     softmax_attention,
 };
-use crate::fused::Activation;
+use crate::fused::{Activation, Gate, gated_activation};
 use crate::layers::{
     Direction, GlobalScaling, Norm, NormKind, Relu2Scaling, Rope, add_to, append, linear,
-    linear_columns, linear_columns_activated, normal_init, relu2,
+    linear_bias_columns, linear_columns, linear_columns_activated, linear_columns_unbiased,
+    normal_init, relu2,
 };
 
 /// Block size of the blockwise prefix sums of causal FAVOR+ (an implementation detail: any value
@@ -300,14 +301,12 @@ impl TransformerBlock {
                 linear_columns_activated(&self.ffn_in, h, (0, self.d_ff), Activation::Gelu)
             }
             FeedForwardKind::Glu => {
-                let a = linear_columns_activated(
-                    &self.ffn_in,
-                    h.clone(),
-                    (0, self.d_ff),
-                    Activation::Gelu,
-                );
-                let gate = linear_columns(&self.ffn_in, h, self.d_ff, self.d_ff);
-                a * gate
+                // gelu(h W₁ + b₁) ⊙ (h W₂ + b₂) from one product h [W₁ W₂]: h's gradient is one
+                // product, and the bias, GELU and gate take one pass each way.
+                let both = (0, 2 * self.d_ff);
+                let y = linear_columns_unbiased(&self.ffn_in, h, both);
+                let bias = linear_bias_columns(&self.ffn_in, both);
+                gated_activation(y, bias, Activation::Gelu, Gate::SecondHalf)
             }
         };
         x + linear(&self.ffn_out, h)

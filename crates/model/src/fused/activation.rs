@@ -25,23 +25,23 @@ pub fn erf(x: f32) -> f32 {
 }
 
 #[inline(always)]
-fn silu(x: f32) -> f32 {
+pub(super) fn silu(x: f32) -> f32 {
     x / (1.0 + fast_exp(-x))
 }
 
 #[inline(always)]
-fn silu_derivative(x: f32) -> f32 {
+pub(super) fn silu_derivative(x: f32) -> f32 {
     let s = 1.0 / (1.0 + fast_exp(-x));
     s * (1.0 + x * (1.0 - s))
 }
 
 #[inline(always)]
-fn gelu(x: f32) -> f32 {
+pub(super) fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 #[inline(always)]
-fn gelu_derivative(x: f32) -> f32 {
+pub(super) fn gelu_derivative(x: f32) -> f32 {
     const INV_SQRT_2PI: f32 = 0.398_942_3;
     let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
     cdf + x * INV_SQRT_2PI * fast_exp(-0.5 * x * x)
@@ -58,7 +58,7 @@ impl Activation {
 }
 
 /// Elements per parallel task of the elementwise kernels.
-const ELEMENTWISE_CHUNK: usize = 1 << 14;
+pub(super) const ELEMENTWISE_CHUNK: usize = 1 << 14;
 
 /// `o = f(x + bias)` over rows of width `dim` (`for` loops, not `for_each`: an iterator's `fold`
 /// that LLVM leaves out of line is compiled for the baseline target, outside the level's features).

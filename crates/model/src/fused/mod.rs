@@ -16,10 +16,13 @@
 //!   backward;
 //! - [`rotary`]: RoPE, with GAU's per-head scale and offset folded in, one pass each way;
 //! - [`activation`]: SiLU and GELU in one pass each way (burn records four to six ops for each);
+//! - [`gated_activation`]: `act(x + b) ⊙ gate`, GAU's gate with U's SiLU folded in and the GLU
+//!   feed-forward from one product, one parallel pass each way;
 //! - [`linear_cross_entropy`]: the tied LM head and its loss in blocks of rows, the gradients
 //!   computed in the forward, never holding the [N, V] logits;
 //! - [`matmul_2d`]: dense products (projections, feed-forward layers, the LM head) with gemm
-//!   called directly, forward and backward;
+//!   called directly, forward and backward; [`affine_2d`] the same with a linear layer's bias added
+//!   inside the product (gemm accumulates onto the bias rows; its gradient a parallel column sum);
 //! - [`layer_norm`]: LayerNorm, one pass each way (burn's autodiff records nine ops for it);
 //! - [`cross_entropy_rows`]: `logsumexp(x) − x[target]` per row, whose gradient is
 //!   `softmax(x) − onehot(target)`: one pass forward, one backward.
@@ -275,6 +278,7 @@ mod activation;
 mod attention;
 mod chunk_linear;
 mod cross_entropy;
+mod gate;
 mod linear_ce;
 mod norm;
 mod product;
@@ -289,9 +293,10 @@ pub use attention::{
 };
 pub use chunk_linear::chunk_linear_attention;
 pub use cross_entropy::cross_entropy_rows;
+pub use gate::{Gate, gated_activation};
 pub use linear_ce::{HEAD_BLOCK_BYTES, linear_cross_entropy, linear_cross_entropy_in_blocks};
 pub use norm::layer_norm;
-pub use product::matmul_2d;
+pub use product::{affine_2d, matmul_2d};
 pub use rotary::{RotaryTables, rotary};
 
 #[cfg(test)]

@@ -18,6 +18,17 @@ fn product(
     (b, b_stored): (&[f32], Stored),
     (m, k, n): (usize, usize, usize),
 ) -> Vec<f32> {
+    product_plus(None, (a, a_stored), (b, b_stored), (m, k, n))
+}
+
+/// `bias + A · B` (the bias [n] added to every row) or `A · B`: gemm accumulates the product onto
+/// rows filled with the bias in parallel, instead of a separate single-threaded broadcast add.
+fn product_plus(
+    bias: Option<&[f32]>,
+    (a, a_stored): (&[f32], Stored),
+    (b, b_stored): (&[f32], Stored),
+    (m, k, n): (usize, usize, usize),
+) -> Vec<f32> {
     let _timer = profile::Timer::start(profile::Part::Products);
     assert_eq!((a.len(), b.len()), (m * k, k * n), "product operand sizes");
     // (row stride, column stride) of a [rows, cols] operand.
@@ -26,6 +37,39 @@ fn product(
         Stored::Transposed => (1, rows),
     };
     let ((a_rs, a_cs), (b_rs, b_cs)) = (strides(a_stored, m, k), strides(b_stored, k, n));
+    if let Some(bias) = bias {
+        assert_eq!(bias.len(), n, "product bias width");
+        let mut c: Vec<f32> = Vec::with_capacity(m * n);
+        if n > 0 {
+            c.spare_capacity_mut()[..m * n]
+                .par_chunks_mut(n * (1usize << 14).div_ceil(n))
+                .for_each(|rows| {
+                    for r in rows.chunks_mut(n) {
+                        for (d, &b) in r.iter_mut().zip(bias) {
+                            d.write(b);
+                        }
+                    }
+                });
+        }
+        // SAFETY: the fill above wrote all m × n elements (m rows of the bias).
+        unsafe { c.set_len(m * n) };
+        if k > 0 && m > 0 && n > 0 {
+            // SAFETY: as below; dst is read (accumulate) and holds m × n initialised elements.
+            unsafe {
+                matmul(
+                    (m, n, k),
+                    c.as_mut_ptr(),
+                    n,
+                    true,
+                    (a.as_ptr(), a_rs, a_cs),
+                    (b.as_ptr(), b_rs, b_cs),
+                    1.0,
+                    Parallelism::Rayon(0),
+                );
+            }
+        }
+        return c;
+    }
     if k == 0 || m == 0 || n == 0 {
         return vec![0f32; m * n];
     }
@@ -51,6 +95,34 @@ fn product(
     c
 }
 
+/// Column sums of a row-major [m, n] matrix (the bias gradient of `bias + A · B`), rows summed in
+/// parallel blocks whose partial sums are then added in order (reproducible, see `sum_in_order`).
+fn column_sums(g: &[f32], n: usize) -> Vec<f32> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let _timer = profile::Timer::start(profile::Part::Products);
+    let level = simd::current();
+    let partials = g
+        .par_chunks(n * (1usize << 14).div_ceil(n))
+        .map(|rows| {
+            level.run(
+                #[inline(always)]
+                || {
+                    let mut s = vec![0f32; n];
+                    for r in rows.chunks(n) {
+                        for (s, &x) in s.iter_mut().zip(r) {
+                            *s += x;
+                        }
+                    }
+                    s
+                },
+            )
+        })
+        .collect::<Vec<_>>();
+    sum_in_order(partials, n)
+}
+
 #[derive(Clone)]
 struct ProductSaved {
     a: FlexTensor,
@@ -66,24 +138,29 @@ impl fmt::Debug for ProductSaved {
 #[derive(Debug)]
 struct ProductBackward;
 
-impl Backward<Flex, 2> for ProductBackward {
+/// Parents: A, B and, for [`affine_2d`], the bias.
+impl<const P: usize> Backward<Flex, P> for ProductBackward {
     type State = ProductSaved;
 
-    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+    fn backward(self, ops: Ops<Self::State, P>, grads: &mut Gradients, _: &mut Checkpointer) {
         let ProductSaved { a, b } = ops.state;
         let grad = contiguous(&grads.consume::<Flex>(&ops.node));
         let (m, k, n) = (dims(&a)[0], dims(&a)[1], dims(&b)[1]);
         let (a, b, g) = (slice(&a), slice(&b), slice(&grad));
-        let [a_node, b_node] = &ops.parents;
-        if let Some(node) = a_node {
+        let node = |i: usize| ops.parents.get(i).and_then(|p| p.as_ref());
+        if let Some(node) = node(0) {
             // dA = dC · Bᵀ: [m, n] · [n, k].
             let da = product((g, Stored::AsIs), (b, Stored::Transposed), (m, n, k));
             grads.register::<Flex>(node.id, flex_from(da, vec![m, k]));
         }
-        if let Some(node) = b_node {
+        if let Some(node) = node(1) {
             // dB = Aᵀ · dC: [k, m] · [m, n].
             let db = product((a, Stored::Transposed), (g, Stored::AsIs), (k, m, n));
             grads.register::<Flex>(node.id, flex_from(db, vec![k, n]));
+        }
+        if let Some(node) = node(2) {
+            // dbias = Σ over rows of dC.
+            grads.register::<Flex>(node.id, flex_from(column_sums(g, n), vec![n]));
         }
     }
 }
@@ -130,6 +207,60 @@ pub fn matmul_2d(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
             let out = record(
                 ProductBackward,
                 [ta.node(), tb.node()],
+                ProductSaved { a: pa, b: pb },
+                flex_from(c, vec![m, n]),
+            );
+            Tensor::from_primitive::<Ad>(out)
+        }
+    }
+}
+
+/// `A · B + bias` for A [m, k], B [k, n] and bias [n] → [m, n]: a linear layer. On `flex` the bias
+/// fills the output rows and gemm accumulates the product onto them, and the bias's gradient is a
+/// parallel column sum; burn's broadcast add and its backward (single-threaded) elsewhere.
+pub fn affine_2d(a: Tensor<2>, b: Tensor<2>, bias: Tensor<1>) -> Tensor<2> {
+    let ([m, k], [k2, n], [n2]) = (a.dims(), b.dims(), bias.dims());
+    assert_eq!(k, k2, "affine_2d: [{m}, {k}] · [{k2}, {n}]");
+    assert_eq!(n, n2, "affine_2d: bias [{n2}] for {n} columns");
+    let reference = |a: Tensor<2>, b: Tensor<2>, bias: Tensor<1>| a.matmul(b) + bias.unsqueeze();
+    match route(&a.device()) {
+        Route::Reference => reference(a, b, bias),
+        Route::Plain => {
+            let (Ok(pa), Ok(pb)) = (
+                a.clone().try_into_primitive::<Flex>(),
+                b.clone().try_into_primitive::<Flex>(),
+            ) else {
+                return reference(a, b, bias);
+            };
+            let (pa, pb) = (contiguous(&pa), contiguous(&pb));
+            let hb = host_vec(&bias);
+            let c = product_plus(
+                Some(&hb),
+                (slice(&pa), Stored::AsIs),
+                (slice(&pb), Stored::AsIs),
+                (m, k, n),
+            );
+            Tensor::from_primitive::<Flex>(flex_from(c, vec![m, n]))
+        }
+        Route::Autodiff => {
+            let (Ok(ta), Ok(tb), Ok(tbias)) = (
+                a.clone().try_into_primitive::<Ad>(),
+                b.clone().try_into_primitive::<Ad>(),
+                bias.clone().try_into_primitive::<Ad>(),
+            ) else {
+                return reference(a, b, bias);
+            };
+            let (pa, pb) = (contiguous(ta.primitive()), contiguous(tb.primitive()));
+            let hb = slice(&contiguous(tbias.primitive())).to_vec();
+            let c = product_plus(
+                Some(&hb),
+                (slice(&pa), Stored::AsIs),
+                (slice(&pb), Stored::AsIs),
+                (m, k, n),
+            );
+            let out = record(
+                ProductBackward,
+                [ta.node(), tb.node(), tbias.node()],
                 ProductSaved { a: pa, b: pb },
                 flex_from(c, vec![m, n]),
             );

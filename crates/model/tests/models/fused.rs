@@ -10,7 +10,8 @@ use model::attention::{
 };
 use model::fused::simd::{self, SimdLevel};
 use model::fused::{
-    self, Activation, AttentionSpec, ROW_BLOCK, ScoreFn, activation, bias_activation, fast_exp,
+    self, Activation, AttentionSpec, Gate, ROW_BLOCK, ScoreFn, activation, bias_activation,
+    fast_exp, gated_activation,
 };
 use model::gau::{GauConfig, GauSpan};
 use model::layers::Rope;
@@ -631,6 +632,142 @@ fn fused_bias_activation_matches_reference_values_and_gradients_at_this_level() 
     }
 }
 
+#[test]
+fn fused_gated_activations_match_reference_values_and_gradients() {
+    at_every_simd_level(fused_gated_activations_match_reference_values_and_gradients_at_this_level);
+}
+
+/// `act(x + b) ⊙ gate` written out in burn ops, against the fused kernel: GAU's gate (a separate
+/// gate tensor, U's SiLU folded in) and the GLU (the input's two halves), with and without a bias,
+/// rows of odd widths that do not divide the kernel's task size.
+fn fused_gated_activations_match_reference_values_and_gradients_at_this_level() {
+    let dev = autodiff_device();
+    for (f, rows) in [(7, 3001), (33, 517), (1, 40)] {
+        let x = randn([3, rows, f], 1, &dev).mul_scalar(3.0).require_grad();
+        let x2 = randn([3, rows, 2 * f], 2, &dev)
+            .mul_scalar(3.0)
+            .require_grad();
+        let gate = randn([3, rows, f], 3, &dev).require_grad();
+        let b = randn([f], 4, &dev).require_grad();
+        let b2 = randn([2 * f], 5, &dev).require_grad();
+        let w = randn([3, rows, f], 6, &dev);
+        let add_bias = |x: Tensor<3>, b: Option<&Tensor<1>>| match b {
+            Some(b) => {
+                let n = b.dims()[0];
+                x + b.clone().reshape([1, 1, n])
+            }
+            None => x,
+        };
+        for act in [Activation::Silu, Activation::Gelu] {
+            for with_bias in [true, false] {
+                // The separate gate: act(x + b) ⊙ gate.
+                let what = format!("{act:?}, gate tensor, f {f}, bias {with_bias}");
+                let bias = with_bias.then(|| b.clone());
+                let fused_out =
+                    gated_activation(x.clone(), bias.clone(), act, Gate::Tensor(gate.clone()));
+                let ref_out = act.reference(add_bias(x.clone(), bias.as_ref())) * gate.clone();
+                assert_close(
+                    &values(fused_out.clone()),
+                    &values(ref_out.clone()),
+                    2e-6,
+                    &what,
+                );
+                let grads = |out: Tensor<3>| {
+                    let gr = backward_with(out, &w);
+                    let mut v = vec![grad(&x, &gr), grad(&gate, &gr)];
+                    if with_bias {
+                        v.push(grad(&b, &gr));
+                    }
+                    v
+                };
+                let names = ["dx", "dgate", "dbias"];
+                let (ga, gb) = (grads(fused_out), grads(ref_out));
+                assert_grads_close(&names[..ga.len()], &ga, &gb, 2e-5, &what);
+
+                // The GLU: act(x[.., :f] + b[:f]) ⊙ (x[.., f:] + b[f:]).
+                let what = format!("{act:?}, second half, f {f}, bias {with_bias}");
+                let bias = with_bias.then(|| b2.clone());
+                let fused_out = gated_activation(x2.clone(), bias.clone(), act, Gate::SecondHalf);
+                let pre = add_bias(x2.clone(), bias.as_ref());
+                let ref_out = act.reference(pre.clone().narrow(2, 0, f)) * pre.narrow(2, f, f);
+                assert_close(
+                    &values(fused_out.clone()),
+                    &values(ref_out.clone()),
+                    2e-6,
+                    &what,
+                );
+                let grads = |out: Tensor<3>| {
+                    let gr = backward_with(out, &w);
+                    let mut v = vec![grad(&x2, &gr)];
+                    if with_bias {
+                        v.push(grad(&b2, &gr));
+                    }
+                    v
+                };
+                let (ga, gb) = (grads(fused_out), grads(ref_out));
+                assert_grads_close(&["dx", "dbias"][..ga.len()], &ga, &gb, 2e-5, &what);
+            }
+        }
+    }
+    // Without autodiff: the forward alone.
+    let plain = device();
+    let (x, g) = (randn([2, 5, 6], 7, &plain), randn([2, 5, 3], 8, &plain));
+    let out = gated_activation(x.clone(), None, Activation::Gelu, Gate::SecondHalf);
+    let expected =
+        Activation::Gelu.reference(x.clone().narrow(2, 0, 3)) * x.clone().narrow(2, 3, 3);
+    assert_close(&values(out), &values(expected), 2e-6, "plain, second half");
+    let x3 = x.narrow(2, 0, 3);
+    let out = gated_activation(x3.clone(), None, Activation::Silu, Gate::Tensor(g.clone()));
+    let expected = Activation::Silu.reference(x3) * g;
+    assert_close(&values(out), &values(expected), 2e-6, "plain, gate tensor");
+}
+
+#[test]
+fn fused_affine_matches_burn_values_and_gradients() {
+    // Odd shapes spanning several of the bias fill's and column sums' tasks, the weight and
+    // bias narrowed as `linear_columns` passes them.
+    let dev = autodiff_device();
+    let (m, k, n) = (5000, 19, 29);
+    let a = randn([m, k], 1, &dev).require_grad();
+    let w = randn([k, 53], 2, &dev).require_grad();
+    let b = randn([53], 3, &dev).require_grad();
+    let up = randn([m, n], 4, &dev);
+    let operands = || (w.clone().narrow(1, 17, n), b.clone().narrow(0, 17, n));
+    let (w1, b1) = operands();
+    let fused_out = fused::affine_2d(a.clone(), w1, b1);
+    let (w2, b2) = operands();
+    let ref_out = a.clone().matmul(w2) + b2.unsqueeze();
+    assert_close(
+        &values(fused_out.clone()),
+        &values(ref_out.clone()),
+        1e-5,
+        "affine",
+    );
+    let grads = |out: Tensor<2>| {
+        let gr = backward_with(out, &up);
+        vec![grad(&a, &gr), grad(&w, &gr), grad(&b, &gr)]
+    };
+    assert_grads_close(
+        &["da", "dw", "dbias"],
+        &grads(fused_out),
+        &grads(ref_out),
+        1e-5,
+        "affine",
+    );
+    let plain = device();
+    let (x, y, c) = (
+        randn([5, 7], 5, &plain),
+        randn([7, 3], 6, &plain),
+        randn([3], 7, &plain),
+    );
+    assert_close(
+        &values(fused::affine_2d(x.clone(), y.clone(), c.clone())),
+        &values(x.matmul(y) + c.unsqueeze()),
+        1e-5,
+        "plain device",
+    );
+}
+
 /// LayerNorm by the formula in plain burn ops: `(x − mean) / sqrt(mean((x − mean)²) + eps) · γ + β`.
 fn layer_norm_reference(x: Tensor<3>, gamma: Tensor<1>, beta: Option<Tensor<1>>) -> Tensor<3> {
     let d = gamma.dims()[0];
@@ -711,7 +848,33 @@ fn fused_kernels_give_the_same_bits_at_every_simd_level() {
     let rope = Rope::new(10, 5, 33, &dev);
     let r_in = randn([2, 33, 10], 10, &dev).require_grad();
     let w_rot = randn([2, 33, 10], 11, &dev);
+    let glu_in = randn([3, 41, 74], 12, &dev).mul_scalar(3.0).require_grad();
+    let glu_bias = randn([74], 13, &dev).require_grad();
     let run = || -> Vec<Vec<f32>> {
+        let glu = gated_activation(
+            glu_in.clone(),
+            Some(glu_bias.clone()),
+            Activation::Gelu,
+            Gate::SecondHalf,
+        );
+        let g_glu = backward_with(glu.clone(), &w);
+        let gate = gated_activation(
+            x.clone(),
+            Some(bias.clone()),
+            Activation::Silu,
+            Gate::Tensor(w.clone()),
+        );
+        let g_gate = backward_with(gate.clone(), &w);
+        let aff = fused::affine_2d(
+            x.clone().reshape([123, 37]),
+            logits.clone().transpose().narrow(0, 0, 37),
+            logits
+                .clone()
+                .narrow(0, 1, 1)
+                .reshape([83])
+                .narrow(0, 0, 29),
+        );
+        let g_aff = aff.clone().sum().backward();
         let act = bias_activation(x.clone(), Some(bias.clone()), Activation::Gelu);
         let g_act = backward_with(act.clone(), &w);
         let rows = fused::cross_entropy_rows(&logits, &targets).expect("flex");
@@ -738,6 +901,14 @@ fn fused_kernels_give_the_same_bits_at_every_simd_level() {
             fused::linear_cross_entropy_in_blocks(&hx, &hw, &htargets, None, 16).expect("flex");
         let g_head = head.clone().backward();
         vec![
+            values(glu),
+            grad(&glu_in, &g_glu),
+            grad(&glu_bias, &g_glu),
+            values(gate),
+            grad(&x, &g_gate),
+            grad(&bias, &g_gate),
+            values(aff),
+            grad(&logits, &g_aff),
             values(act),
             grad(&x, &g_act),
             grad(&bias, &g_act),
