@@ -57,6 +57,19 @@ impl Activation {
     }
 }
 
+/// `x + bias` with the bias ([d]) broadcast along the last dimension, in burn's own ops (the
+/// kernels' references); `x` without a bias.
+pub(super) fn add_bias<const D: usize>(x: Tensor<D>, bias: Option<Tensor<1>>) -> Tensor<D> {
+    match bias {
+        Some(b) => {
+            let mut shape = [1usize; D];
+            shape[D - 1] = b.dims()[0];
+            x + b.reshape(shape)
+        }
+        None => x,
+    }
+}
+
 /// Elements per parallel task of the elementwise kernels.
 pub(super) const ELEMENTWISE_CHUNK: usize = 1 << 14;
 
@@ -212,17 +225,7 @@ pub fn bias_activation<const D: usize>(
     bias: Option<Tensor<1>>,
     act: Activation,
 ) -> Tensor<D> {
-    let reference = |x: Tensor<D>, bias: Option<Tensor<1>>| {
-        let x = match bias {
-            Some(b) => {
-                let mut shape = [1usize; D];
-                shape[D - 1] = b.dims()[0];
-                x + b.reshape(shape)
-            }
-            None => x,
-        };
-        act.reference(x)
-    };
+    let reference = |x: Tensor<D>, bias: Option<Tensor<1>>| act.reference(add_bias(x, bias));
     let dim = x.dims()[D - 1];
     if let Some(b) = &bias {
         assert_eq!(b.dims()[0], dim, "activation bias width");

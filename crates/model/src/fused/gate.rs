@@ -13,7 +13,7 @@
 use super::*;
 
 use super::activation::{
-    Activation, ELEMENTWISE_CHUNK, gelu, gelu_derivative, silu, silu_derivative,
+    Activation, ELEMENTWISE_CHUNK, add_bias, gelu, gelu_derivative, silu, silu_derivative,
 };
 
 /// Where the gate of [`gated_activation`] comes from.
@@ -89,13 +89,12 @@ fn gated_forward(
     act: Activation,
 ) -> Vec<f32> {
     let _timer = profile::Timer::start(profile::Part::Elementwise);
-    let rows = x.len() / (f * layout.input_width_factor()).max(1);
-    let mut out = zeros(rows * f);
+    let x_width = f * layout.input_width_factor();
+    let mut out = zeros(x.len() / x_width.max(1) * f);
     if f == 0 {
         return out;
     }
     let rows_per_task = ELEMENTWISE_CHUNK.div_ceil(f);
-    let x_width = f * layout.input_width_factor();
     let (ba, bg) = layout.bias_parts(bias, f);
     let (ba, bg) = (&ba[..], &bg[..]);
     let level = simd::current();
@@ -215,6 +214,14 @@ fn gated_backward(
 }
 
 impl GateLayout {
+    /// The layout of a separate gate buffer (`Some`) or of the input's second half (`None`).
+    fn of(gate: Option<&FlexTensor>) -> GateLayout {
+        match gate {
+            Some(_) => GateLayout::Separate,
+            None => GateLayout::SecondHalf,
+        }
+    }
+
     /// The activation's and the gate's bias (`[f]` each; the separate gate has none: zeros).
     fn bias_parts(self, bias: &[f32], f: usize) -> (Vec<f32>, Vec<f32>) {
         match self {
@@ -259,10 +266,7 @@ impl<const P: usize> Backward<Flex, P> for GatedBackward {
     fn backward(self, ops: Ops<Self::State, P>, grads: &mut Gradients, _: &mut Checkpointer) {
         let s = ops.state;
         let grad = contiguous(&grads.consume::<Flex>(&ops.node));
-        let layout = match s.gate {
-            Some(_) => GateLayout::Separate,
-            None => GateLayout::SecondHalf,
-        };
+        let layout = GateLayout::of(s.gate.as_ref());
         let gate = s.gate.as_ref().map(slice).unwrap_or(&[]);
         let (dx, dgate, dbias) = gated_backward(
             (slice(&s.x), gate, &s.bias),
@@ -293,10 +297,7 @@ fn forward_flex(
     act: Activation,
     out_shape: &[usize],
 ) -> FlexTensor {
-    let layout = match pg {
-        Some(_) => GateLayout::Separate,
-        None => GateLayout::SecondHalf,
-    };
+    let layout = GateLayout::of(pg);
     let gate = pg.map(slice).unwrap_or(&[]);
     let out = gated_forward((slice(px), gate, bias), f, layout, act);
     flex_from(out, out_shape.to_vec())
@@ -330,14 +331,7 @@ pub fn gated_activation<const D: usize>(
         assert_eq!(b.dims()[0], width, "gated_activation: bias width");
     }
     let reference = |x: Tensor<D>, bias: Option<Tensor<1>>, gate: Gate<D>| {
-        let x = match bias {
-            Some(b) => {
-                let mut shape = [1usize; D];
-                shape[D - 1] = width;
-                x + b.reshape(shape)
-            }
-            None => x,
-        };
+        let x = add_bias(x, bias);
         match gate {
             Gate::Tensor(g) => act.reference(x) * g,
             Gate::SecondHalf => {

@@ -3,6 +3,8 @@
 #[allow(unused_imports)]
 use super::*;
 
+use super::activation::ELEMENTWISE_CHUNK;
+
 /// How a product operand's buffer holds the [rows, cols] matrix it stands for.
 #[derive(Clone, Copy)]
 enum Stored {
@@ -37,54 +39,43 @@ fn product_plus(
         Stored::Transposed => (1, rows),
     };
     let ((a_rs, a_cs), (b_rs, b_cs)) = (strides(a_stored, m, k), strides(b_stored, k, n));
-    if let Some(bias) = bias {
-        assert_eq!(bias.len(), n, "product bias width");
-        let mut c: Vec<f32> = Vec::with_capacity(m * n);
-        if n > 0 {
-            c.spare_capacity_mut()[..m * n]
-                .par_chunks_mut(n * (1usize << 14).div_ceil(n))
-                .for_each(|rows| {
-                    for r in rows.chunks_mut(n) {
-                        for (d, &b) in r.iter_mut().zip(bias) {
-                            d.write(b);
+    let mut c: Vec<f32> = Vec::with_capacity(m * n);
+    // With a bias, gemm accumulates onto rows filled with it; without, gemm writes every element of
+    // c without reading it (`accumulate` false), so c is not zeroed first: a memset of every
+    // product's output (the [8192, 8192] logits among them) saved.
+    let accumulate = match bias {
+        Some(bias) => {
+            assert_eq!(bias.len(), n, "product bias width");
+            if n > 0 {
+                c.spare_capacity_mut()[..m * n]
+                    .par_chunks_mut(n * ELEMENTWISE_CHUNK.div_ceil(n))
+                    .for_each(|rows| {
+                        for r in rows.chunks_mut(n) {
+                            for (d, &b) in r.iter_mut().zip(bias) {
+                                d.write(b);
+                            }
                         }
-                    }
-                });
-        }
-        // SAFETY: the fill above wrote all m × n elements (m rows of the bias).
-        unsafe { c.set_len(m * n) };
-        if k > 0 && m > 0 && n > 0 {
-            // SAFETY: as below; dst is read (accumulate) and holds m × n initialised elements.
-            unsafe {
-                matmul(
-                    (m, n, k),
-                    c.as_mut_ptr(),
-                    n,
-                    true,
-                    (a.as_ptr(), a_rs, a_cs),
-                    (b.as_ptr(), b_rs, b_cs),
-                    1.0,
-                    Parallelism::Rayon(0),
-                );
+                    });
             }
+            // SAFETY: the fill above wrote all m × n elements (m rows of the bias).
+            unsafe { c.set_len(m * n) };
+            true
         }
-        return c;
-    }
+        None => false,
+    };
     if k == 0 || m == 0 || n == 0 {
-        return vec![0f32; m * n];
+        return if accumulate { c } else { vec![0f32; m * n] };
     }
-    // gemm writes every element of c without reading it (`accumulate` false), so c is not zeroed
-    // first: a memset of every product's output (the [8192, 8192] logits among them) saved.
-    let mut c = Vec::with_capacity(m * n);
     // SAFETY: a holds m × k and b k × n elements (checked), which either layout's strides stay
-    // inside; c has capacity m × n, row-major, and gemm has written all m × n elements (m, n, k
-    // > 0, dst not read) when its length is set.
+    // inside; c has capacity m × n, row-major: with `accumulate` all m × n elements are already
+    // initialised and read, without it gemm has written all of them (m, n, k > 0, dst not read)
+    // when the length is set.
     unsafe {
         matmul(
             (m, n, k),
             c.as_mut_ptr(),
             n,
-            false,
+            accumulate,
             (a.as_ptr(), a_rs, a_cs),
             (b.as_ptr(), b_rs, b_cs),
             1.0,
@@ -104,7 +95,7 @@ fn column_sums(g: &[f32], n: usize) -> Vec<f32> {
     let _timer = profile::Timer::start(profile::Part::Products);
     let level = simd::current();
     let partials = g
-        .par_chunks(n * (1usize << 14).div_ceil(n))
+        .par_chunks(n * ELEMENTWISE_CHUNK.div_ceil(n))
         .map(|rows| {
             level.run(
                 #[inline(always)]
@@ -172,57 +163,38 @@ impl<const P: usize> Backward<Flex, P> for ProductBackward {
 /// ([8192, 256] · [256, 1364], forward + backward) where the same gemm calls reach about 200:
 /// every projection, feed-forward layer and the LM head goes through here.
 pub fn matmul_2d(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
-    let ([m, k], [k2, n]) = (a.dims(), b.dims());
-    assert_eq!(k, k2, "matmul_2d: [{m}, {k}] · [{k2}, {n}]");
-    match route(&a.device()) {
-        Route::Reference => a.matmul(b),
-        Route::Plain => {
-            let (Ok(pa), Ok(pb)) = (
-                a.clone().try_into_primitive::<Flex>(),
-                b.clone().try_into_primitive::<Flex>(),
-            ) else {
-                return a.matmul(b);
-            };
-            let (pa, pb) = (contiguous(&pa), contiguous(&pb));
-            let c = product(
-                (slice(&pa), Stored::AsIs),
-                (slice(&pb), Stored::AsIs),
-                (m, k, n),
-            );
-            Tensor::from_primitive::<Flex>(flex_from(c, vec![m, n]))
-        }
-        Route::Autodiff => {
-            let (Ok(ta), Ok(tb)) = (
-                a.clone().try_into_primitive::<Ad>(),
-                b.clone().try_into_primitive::<Ad>(),
-            ) else {
-                return a.matmul(b);
-            };
-            let (pa, pb) = (contiguous(ta.primitive()), contiguous(tb.primitive()));
-            let c = product(
-                (slice(&pa), Stored::AsIs),
-                (slice(&pb), Stored::AsIs),
-                (m, k, n),
-            );
-            let out = record(
-                ProductBackward,
-                [ta.node(), tb.node()],
-                ProductSaved { a: pa, b: pb },
-                flex_from(c, vec![m, n]),
-            );
-            Tensor::from_primitive::<Ad>(out)
-        }
-    }
+    product_2d(a, b, None)
 }
 
 /// `A · B + bias` for A [m, k], B [k, n] and bias [n] → [m, n]: a linear layer. On `flex` the bias
 /// fills the output rows and gemm accumulates the product onto them, and the bias's gradient is a
 /// parallel column sum; burn's broadcast add and its backward (single-threaded) elsewhere.
 pub fn affine_2d(a: Tensor<2>, b: Tensor<2>, bias: Tensor<1>) -> Tensor<2> {
-    let ([m, k], [k2, n], [n2]) = (a.dims(), b.dims(), bias.dims());
-    assert_eq!(k, k2, "affine_2d: [{m}, {k}] · [{k2}, {n}]");
-    assert_eq!(n, n2, "affine_2d: bias [{n2}] for {n} columns");
-    let reference = |a: Tensor<2>, b: Tensor<2>, bias: Tensor<1>| a.matmul(b) + bias.unsqueeze();
+    product_2d(a, b, Some(bias))
+}
+
+/// [`matmul_2d`] and [`affine_2d`]: `A · B (+ bias)` routed to the fused product or burn's own.
+fn product_2d(a: Tensor<2>, b: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<2> {
+    let ([m, k], [k2, n]) = (a.dims(), b.dims());
+    assert_eq!(k, k2, "matmul_2d: [{m}, {k}] · [{k2}, {n}]");
+    if let Some(bias) = &bias {
+        let [n2] = bias.dims();
+        assert_eq!(n, n2, "affine_2d: bias [{n2}] for {n} columns");
+    }
+    let reference = |a: Tensor<2>, b: Tensor<2>, bias: Option<Tensor<1>>| match bias {
+        Some(bias) => a.matmul(b) + bias.unsqueeze(),
+        None => a.matmul(b),
+    };
+    let host_bias = bias.as_ref().map(host_vec);
+    let forward = |pa: &FlexTensor, pb: &FlexTensor| {
+        let c = product_plus(
+            host_bias.as_deref(),
+            (slice(pa), Stored::AsIs),
+            (slice(pb), Stored::AsIs),
+            (m, k, n),
+        );
+        flex_from(c, vec![m, n])
+    };
     match route(&a.device()) {
         Route::Reference => reference(a, b, bias),
         Route::Plain => {
@@ -233,37 +205,30 @@ pub fn affine_2d(a: Tensor<2>, b: Tensor<2>, bias: Tensor<1>) -> Tensor<2> {
                 return reference(a, b, bias);
             };
             let (pa, pb) = (contiguous(&pa), contiguous(&pb));
-            let hb = host_vec(&bias);
-            let c = product_plus(
-                Some(&hb),
-                (slice(&pa), Stored::AsIs),
-                (slice(&pb), Stored::AsIs),
-                (m, k, n),
-            );
-            Tensor::from_primitive::<Flex>(flex_from(c, vec![m, n]))
+            Tensor::from_primitive::<Flex>(forward(&pa, &pb))
         }
         Route::Autodiff => {
-            let (Ok(ta), Ok(tb), Ok(tbias)) = (
-                a.clone().try_into_primitive::<Ad>(),
-                b.clone().try_into_primitive::<Ad>(),
-                bias.clone().try_into_primitive::<Ad>(),
-            ) else {
+            let ta = a.clone().try_into_primitive::<Ad>();
+            let tb = b.clone().try_into_primitive::<Ad>();
+            let tbias = bias
+                .clone()
+                .map(|t| t.try_into_primitive::<Ad>())
+                .transpose();
+            let (Ok(ta), Ok(tb), Ok(tbias)) = (ta, tb, tbias) else {
                 return reference(a, b, bias);
             };
             let (pa, pb) = (contiguous(ta.primitive()), contiguous(tb.primitive()));
-            let hb = slice(&contiguous(tbias.primitive())).to_vec();
-            let c = product_plus(
-                Some(&hb),
-                (slice(&pa), Stored::AsIs),
-                (slice(&pb), Stored::AsIs),
-                (m, k, n),
-            );
-            let out = record(
-                ProductBackward,
-                [ta.node(), tb.node(), tbias.node()],
-                ProductSaved { a: pa, b: pb },
-                flex_from(c, vec![m, n]),
-            );
+            let output = forward(&pa, &pb);
+            let saved = ProductSaved { a: pa, b: pb };
+            let out = match tbias {
+                Some(tbias) => record(
+                    ProductBackward,
+                    [ta.node(), tb.node(), tbias.node()],
+                    saved,
+                    output,
+                ),
+                None => record(ProductBackward, [ta.node(), tb.node()], saved, output),
+            };
             Tensor::from_primitive::<Ad>(out)
         }
     }
