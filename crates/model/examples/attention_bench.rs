@@ -12,17 +12,18 @@
 //! or with `RAYON_NUM_THREADS=1` for one core's figure).
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use model::fused::{AttentionSpec, ROW_BLOCK, ScoreFn, attention, with_kept_scores_limit};
+use model::fused::{AttentionSpec, ScoreFn, attention, row_block, with_kept_scores_limit};
 use model::runtime::median_seconds;
 
 /// Products' FLOPs of one forward + backward: 4 products over `dk` and 3 over `dv`, each `2·T·keys`
 /// multiply-adds per output column, keys = all (bidirectional) or up to each row block's end (causal).
 fn flops(n: usize, t: usize, dk: usize, dv: usize, causal: bool) -> f64 {
     let pairs: f64 = if causal {
+        let rb = row_block(causal, t, dk.max(dv));
         (0..t)
-            .step_by(ROW_BLOCK)
+            .step_by(rb)
             .map(|i0| {
-                let i1 = (i0 + ROW_BLOCK).min(t);
+                let i1 = (i0 + rb).min(t);
                 ((i1 - i0) * i1) as f64
             })
             .sum()

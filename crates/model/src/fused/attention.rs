@@ -66,7 +66,37 @@ enum Keep {
     Probabilities,
 }
 
-/// The block scores a forward kept: per batch element, the blocks of [`ROW_BLOCK`] query rows in
+/// Query rows per block of causal attention over short keys and values ([`row_block`]).
+pub const SHORT_ROW_BLOCK: usize = 32;
+
+/// Floats of one batch element's K or V (keys × the wider of dk, dv) up to which causal attention
+/// runs in blocks of [`SHORT_ROW_BLOCK`] rows (see [`row_block`]): FLASH's chunks
+/// (256 × 512), Transformer++'s heads up to 8192 tokens (8192 × 64), FLASH-Quad up to 2048.
+pub const SHORT_ROW_BLOCK_MAX_FLOATS: usize = 1 << 20;
+
+/// Query rows per block of [`attention`] over `keys` keys whose K and V are at most `widest` wide:
+/// [`SHORT_ROW_BLOCK`] for causal attention over short keys and values (at most
+/// [`SHORT_ROW_BLOCK_MAX_FLOATS`] floats of K or V per batch element), else [`ROW_BLOCK`].
+///
+/// Why: a causal block computes its rows against every key up to its last row, and the
+/// entries above the diagonal are masked, so blocks of r rows waste about r/T of the products;
+/// over FLASH's 256-token chunks, 128-row blocks compute 49 152 score entries per chunk for
+/// the 32 896 it needs, 32-row blocks 36 864. Smaller blocks also make smaller products, whose
+/// packing of keys and values is shared by fewer rows: they pay while the keys and values are
+/// small. Measured (`profile_step`, a 2-core Zen 4 EPYC, 2026-12-05, attention kernels' seconds
+/// per step): 32-row blocks against 128, FLASH 512 0.41–0.44 against 0.47 (two runs each),
+/// Transformer++ 1024 / 2048 / 4096 / 8192 0.33 / 0.61 / 1.21 / 2.47 against 0.35 / 0.66 / 1.26
+/// / 2.51, FLASH-Quad (V 512 wide) 1024 0.83 against 0.89 but 4096 4.03 against 3.62 and 8192
+/// 11.1 against 7.8 (one run each).
+pub fn row_block(causal: bool, keys: usize, widest: usize) -> usize {
+    if causal && keys * widest <= SHORT_ROW_BLOCK_MAX_FLOATS {
+        SHORT_ROW_BLOCK
+    } else {
+        ROW_BLOCK
+    }
+}
+
+/// The block scores a forward kept: per batch element, the blocks of [`row_block`] query rows in
 /// order, each [rows, visible keys] row-major (`AttnInputs::block_scores_len` floats in all),
 /// before or after the score function as `kind` says.
 struct KeptScores {
@@ -131,6 +161,11 @@ impl AttnInputs {
         }
     }
 
+    /// Query rows per block ([`row_block`]).
+    fn row_block(&self) -> usize {
+        row_block(self.spec.causal, self.s, self.dk.max(self.dv))
+    }
+
     /// Keys visible to the query block ending (exclusively) at row `i1`.
     fn key_limit(&self, i1: usize) -> usize {
         if self.spec.causal { i1 } else { self.s }
@@ -139,9 +174,9 @@ impl AttnInputs {
     /// Floats of one batch element's block scores: Σ over query blocks of rows × visible keys.
     fn block_scores_len(&self) -> usize {
         (0..self.t)
-            .step_by(ROW_BLOCK)
+            .step_by(self.row_block())
             .map(|i0| {
-                let i1 = (i0 + ROW_BLOCK).min(self.t);
+                let i1 = (i0 + self.row_block()).min(self.t);
                 (i1 - i0) * self.key_limit(i1)
             })
             .sum()
@@ -171,15 +206,30 @@ impl AttnInputs {
         self.n >= rayon::current_num_threads()
     }
 
+    /// Kᵀ [dk, S] of batch element `b` into `kt`: the scores' right operand, n-contiguous
+    /// (see [`transpose_into`]).
+    fn transposed_keys(&self, b: usize, kt: &mut Vec<f32>, par: Threads) {
+        let (s, dk) = (self.s, self.dk);
+        transpose_into(&slice(&self.k)[b * s * dk..], (s, dk), kt, par);
+    }
+
+    /// Vᵀ [dv, S] of batch element `b` into `vt`: the right operand of the backward's `dO Vᵀ`.
+    fn transposed_values(&self, b: usize, vt: &mut Vec<f32>, par: Threads) {
+        let (s, dv) = (self.s, self.dv);
+        transpose_into(&slice(&self.v)[b * s * dv..], (s, dv), vt, par);
+    }
+
     /// Scores of query rows `i0..i1` of batch element `b` against keys `0..kmax`, scaled and
-    /// biased, into `buf` ([i1 − i0, kmax] row-major); masked entries are `−inf`.
-    fn scores(&self, b: usize, i0: usize, i1: usize, buf: &mut [f32], par: Threads) {
+    /// biased, into `buf` ([i1 − i0, kmax] row-major); masked entries are `−inf`. `kt`: the batch
+    /// element's Kᵀ ([`AttnInputs::transposed_keys`]).
+    fn scores(&self, b: usize, i0: usize, i1: usize, kt: &[f32], buf: &mut [f32], par: Threads) {
         let kmax = self.key_limit(i1);
-        let (q, k) = (slice(&self.q), slice(&self.k));
+        let q = slice(&self.q);
         let (dk, rows) = (self.dk, i1 - i0);
+        assert_eq!(kt.len(), dk * self.s, "attention: Kᵀ size");
         let qp = q[(b * self.t + i0) * dk..].as_ptr();
-        let kp = k[b * self.s * dk..].as_ptr();
-        // SAFETY: rows × dk of q from row i0 and kmax × dk of k are inside b's slices; buf holds rows × kmax.
+        // SAFETY: rows × dk of q from row i0 are inside b's slice, Kᵀ's dk rows have S ≥ kmax
+        // columns; buf holds rows × kmax.
         unsafe {
             matmul(
                 (rows, kmax, dk),
@@ -187,7 +237,7 @@ impl AttnInputs {
                 kmax,
                 false,
                 (qp, dk, 1),
-                (kp, 1, dk),
+                (kt.as_ptr(), self.s, 1),
                 self.spec.scale,
                 par.gemm(),
             );
@@ -259,6 +309,19 @@ fn copy_rows(dst: &mut [f32], src: &[f32], row: usize, par: Threads) {
     }
 }
 
+/// One thread's buffers for the batch elements it runs, reused from one to the next.
+#[derive(Default)]
+struct Scratch {
+    /// A row block's scores (made into the score function's values in place).
+    scores: Vec<f32>,
+    /// A row block's `dP` (backward).
+    dp: Vec<f32>,
+    /// The batch element's Kᵀ [dk, S] ([`AttnInputs::transposed_keys`]).
+    kt: Vec<f32>,
+    /// The batch element's Vᵀ [dv, S] (backward).
+    vt: Vec<f32>,
+}
+
 /// Forward of one batch element: writes `out` ([T, dv]) and `lse` ([T], softmax only), and into
 /// `kept` what `keep` says (see [`KeptScores`]; `kept` is empty for [`Keep::Nothing`]).
 fn attn_forward_one(
@@ -266,14 +329,18 @@ fn attn_forward_one(
     b: usize,
     (out, lse, kept): (&mut [f32], &mut [f32], &mut [f32]),
     keep: Keep,
-    buf: &mut Vec<f32>,
+    scratch: &mut Scratch,
     par: Threads,
 ) {
+    let Scratch {
+        scores: buf, kt, ..
+    } = scratch;
+    x.transposed_keys(b, kt, par);
     let v = slice(&x.v);
     let vp = v[b * x.s * x.dv..].as_ptr();
     let mut offset = 0;
-    for i0 in (0..x.t).step_by(ROW_BLOCK) {
-        let i1 = (i0 + ROW_BLOCK).min(x.t);
+    for i0 in (0..x.t).step_by(x.row_block()) {
+        let i1 = (i0 + x.row_block()).min(x.t);
         let kmax = x.key_limit(i1);
         let rows = i1 - i0;
         let len = rows * kmax;
@@ -290,7 +357,7 @@ fn attn_forward_one(
                 (buf, None)
             }
         };
-        x.scores(b, i0, i1, buf, par);
+        x.scores(b, i0, i1, kt, buf, par);
         if let Some(dst) = kept_scores {
             copy_rows(dst, buf, kmax, par);
         }
@@ -353,18 +420,18 @@ fn attn_forward(x: &AttnInputs, keep: Keep) -> (Vec<f32>, Vec<f32>, Option<KeptS
             .zip(lse.par_chunks_mut(x.t))
             .zip(kept_parts.par_iter_mut())
             .enumerate()
-            .for_each_init(Vec::new, |buf, (b, ((o, l), k))| {
-                attn_forward_one(x, b, (o, l, k), keep, buf, Threads::PerBatch)
+            .for_each_init(Scratch::default, |scratch, (b, ((o, l), k))| {
+                attn_forward_one(x, b, (o, l, k), keep, scratch, Threads::PerBatch)
             });
     } else {
-        let mut buf = Vec::new();
+        let mut scratch = Scratch::default();
         for (b, ((o, l), k)) in out
             .chunks_mut(x.t * x.dv)
             .zip(lse.chunks_mut(x.t))
             .zip(kept_parts.iter_mut())
             .enumerate()
         {
-            attn_forward_one(x, b, (o, l, k), keep, &mut buf, Threads::Within);
+            attn_forward_one(x, b, (o, l, k), keep, &mut scratch, Threads::Within);
         }
     }
     let kept = (keep != Keep::Nothing).then_some(KeptScores {
@@ -384,11 +451,21 @@ fn attn_backward_one(
     (out, lse, grad): (&[f32], &[f32], &[f32]),
     (dq, dk, dv): (&mut [f32], &mut [f32], &mut [f32]),
     mut dbias: Option<&mut [f32]>,
-    (buf, dp): (&mut Vec<f32>, &mut Vec<f32>),
+    scratch: &mut Scratch,
     kept: Option<(&[f32], Keep)>,
     par: Threads,
 ) {
-    let (q, k, v) = (slice(&x.q), slice(&x.k), slice(&x.v));
+    let Scratch {
+        scores: buf,
+        dp,
+        kt,
+        vt,
+    } = scratch;
+    if kept.is_none() {
+        x.transposed_keys(b, kt, par);
+    }
+    x.transposed_values(b, vt, par);
+    let (q, k) = (slice(&x.q), slice(&x.k));
     let (t, s, dkw, dvw) = (x.t, x.s, x.dk, x.dv);
     // This batch element's rows of the forward output, log-sum-exp and upstream gradient.
     let out = &out[b * t * dvw..(b + 1) * t * dvw];
@@ -396,12 +473,11 @@ fn attn_backward_one(
     let grad = &grad[b * t * dvw..(b + 1) * t * dvw];
     let qb = &q[b * t * dkw..(b + 1) * t * dkw];
     let kp = k[b * s * dkw..].as_ptr();
-    let vp = v[b * s * dvw..].as_ptr();
     let score = x.spec.score;
     let (mut dk_acc, mut dv_acc) = (KeyGrad::new(dk, dkw, s), KeyGrad::new(dv, dvw, s));
     let mut offset = 0;
-    for i0 in (0..t).step_by(ROW_BLOCK) {
-        let i1 = (i0 + ROW_BLOCK).min(t);
+    for i0 in (0..t).step_by(x.row_block()) {
+        let i1 = (i0 + x.row_block()).min(t);
         let kmax = x.key_limit(i1);
         let rows = i1 - i0;
         let len = rows * kmax;
@@ -418,11 +494,11 @@ fn attn_backward_one(
             }
             None => {
                 buf.resize(len, 0.0);
-                x.scores(b, i0, i1, buf, par);
+                x.scores(b, i0, i1, kt, buf, par);
             }
         }
         // dP = dO Vᵀ: [rows, kmax].
-        // SAFETY: grad rows i0..i1 × dv, v's kmax × dv, dp rows × kmax.
+        // SAFETY: grad rows i0..i1 × dv, Vᵀ's dv rows of S ≥ kmax columns, dp rows × kmax.
         unsafe {
             matmul(
                 (rows, kmax, dvw),
@@ -430,7 +506,7 @@ fn attn_backward_one(
                 kmax,
                 false,
                 (grad[i0 * dvw..].as_ptr(), dvw, 1),
-                (vp, 1, dvw),
+                (vt.as_ptr(), s, 1),
                 1.0,
                 par.gemm(),
             );
@@ -666,23 +742,20 @@ fn attn_backward(
             .zip(dk.par_chunks_mut(s * dkw))
             .zip(dv.par_chunks_mut(s * dvw))
             .enumerate()
-            .map_init(
-                || (Vec::new(), Vec::new()),
-                |(buf, dp), (b, ((dq, dk), dv))| {
-                    let mut db = has_bias.then(|| vec![0f32; t * s]);
-                    attn_backward_one(
-                        x,
-                        b,
-                        (out, lse, grad),
-                        (dq, dk, dv),
-                        db.as_deref_mut(),
-                        (buf, dp),
-                        kept_of(b),
-                        Threads::PerBatch,
-                    );
-                    db
-                },
-            )
+            .map_init(Scratch::default, |scratch, (b, ((dq, dk), dv))| {
+                let mut db = has_bias.then(|| vec![0f32; t * s]);
+                attn_backward_one(
+                    x,
+                    b,
+                    (out, lse, grad),
+                    (dq, dk, dv),
+                    db.as_deref_mut(),
+                    scratch,
+                    kept_of(b),
+                    Threads::PerBatch,
+                );
+                db
+            })
             .collect();
         partial.into_iter().reduce(|a, b| match (a, b) {
             (Some(mut a), Some(b)) => {
@@ -693,7 +766,7 @@ fn attn_backward(
         })
     } else {
         let mut db = has_bias.then(|| vec![0f32; t * s]);
-        let (mut buf, mut dp) = (Vec::new(), Vec::new());
+        let mut scratch = Scratch::default();
         for (b, ((dq, dk), dv)) in dq
             .chunks_mut(t * dkw)
             .zip(dk.chunks_mut(s * dkw))
@@ -706,7 +779,7 @@ fn attn_backward(
                 (out, lse, grad),
                 (dq, dk, dv),
                 db.as_deref_mut(),
-                (&mut buf, &mut dp),
+                &mut scratch,
                 kept_of(b),
                 Threads::Within,
             );

@@ -326,14 +326,17 @@ fn lin_backward(x: &LinInputs, grad: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         .zip(dk.chunks_mut(c * s))
         .zip(dv.chunks_mut(c * e))
         .collect();
+    // The [s, e] right operands of dQ and dK are transposed first, so that gemm reads them
+    // n-contiguous (see `transpose_into`: 80 against 113 GFLOP/s for these shapes on one thread).
     for_each_item(items, |i, ((dq, dk), dv), par| {
         let (b, g) = (i / x.chunks(), i % x.chunks());
         let (_, k, v) = x.chunk_ptrs(b, g);
+        let mut transposed = Vec::new();
         // SAFETY (all three): dO chunk C × e, summaryᵀ e × s, dq chunk C × s; V chunk C × e,
         // Dᵀ e × s, dk chunk C × s; K chunk C × s, D s × e, dv chunk C × e.
         if !x.sees_nothing(g) {
             // dQ_g = f · dO_g · summary_gᵀ
-            let kv = summary_of(x, summaries, b, g);
+            transpose_into(summary_of(x, summaries, b, g), (s, e), &mut transposed, par);
             unsafe {
                 matmul(
                     (c, s, e),
@@ -341,7 +344,7 @@ fn lin_backward(x: &LinInputs, grad: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
                     s,
                     false,
                     (dout(b, g), e, 1),
-                    (kv.as_ptr(), 1, e),
+                    (transposed.as_ptr(), s, 1),
                     x.factor,
                     par.gemm(),
                 )
@@ -350,6 +353,7 @@ fn lin_backward(x: &LinInputs, grad: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         if !x.seen_by_none(g) {
             // dK_g = V_g D_gᵀ, dV_g = K_g D_g
             let d = summary_of(x, &d_sums, b, g);
+            transpose_into(d, (s, e), &mut transposed, par);
             unsafe {
                 matmul(
                     (c, s, e),
@@ -357,7 +361,7 @@ fn lin_backward(x: &LinInputs, grad: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
                     s,
                     false,
                     (v, e, 1),
-                    (d.as_ptr(), 1, e),
+                    (transposed.as_ptr(), s, 1),
                     1.0,
                     par.gemm(),
                 );

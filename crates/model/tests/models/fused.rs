@@ -10,8 +10,8 @@ use model::attention::{
 };
 use model::fused::simd::{self, SimdLevel};
 use model::fused::{
-    self, Activation, AttentionSpec, Gate, ROW_BLOCK, ScoreFn, activation, bias_activation,
-    fast_exp, gated_activation,
+    self, Activation, AttentionSpec, Gate, ROW_BLOCK, SHORT_ROW_BLOCK, SHORT_ROW_BLOCK_MAX_FLOATS,
+    ScoreFn, activation, bias_activation, fast_exp, gated_activation,
 };
 use model::gau::{GauConfig, GauSpan};
 use model::layers::Rope;
@@ -92,10 +92,37 @@ fn attention_matches_reference_outputs_and_gradients() {
 
 fn attention_matches_reference_outputs_and_gradients_at_this_level() {
     // dK's width is summed transposed by the backward, dV's (over 128) directly: both paths.
+    // Causal attention this small runs in short row blocks, the rest in ROW_BLOCK rows.
     let (dk, dv) = (16, 136);
     let t = 2 * ROW_BLOCK + 37; // three row blocks, the last one partial
-    for n in [1, 3] {
-        for (spec, with_bias) in cases() {
+    assert_eq!(fused::row_block(true, t, dv), SHORT_ROW_BLOCK);
+    assert_eq!(fused::row_block(false, t, dv), ROW_BLOCK);
+    check_attention((t, dk, dv), &[1, 3], cases());
+}
+
+#[test]
+fn causal_attention_over_wide_values_runs_in_long_row_blocks() {
+    // V wide enough for causal attention to take blocks of ROW_BLOCK rows (FLASH-Quad's long
+    // sequences); the other tests' causal shapes take the short blocks.
+    let t = 2 * ROW_BLOCK + 37;
+    let dv = SHORT_ROW_BLOCK_MAX_FLOATS / t + 1;
+    assert_eq!(fused::row_block(true, t, dv), ROW_BLOCK);
+    let causal = cases()
+        .into_iter()
+        .filter(|(spec, _)| spec.causal)
+        .collect();
+    check_attention((t, 16, dv), &[1], causal);
+}
+
+/// Fused attention against the reference, outputs and every gradient (kept and recomputed
+/// scores), for each case at shape (T, dk, dv) and each batch size in `ns`.
+fn check_attention(
+    (t, dk, dv): (usize, usize, usize),
+    ns: &[usize],
+    cases: Vec<(AttentionSpec, bool)>,
+) {
+    for &n in ns {
+        for &(spec, with_bias) in &cases {
             let what = format!("N={n} {spec:?} bias={with_bias}");
             // Forward on the plain device.
             let dev = device();
