@@ -23,9 +23,13 @@
 #[allow(unused_imports)]
 use super::*;
 
-/// Bytes of one block's logits: 16 MiB (512 rows of table11's 8192-word vocabulary). Blocks of
-/// 2048 rows timed the same in `head_bench`; much smaller blocks shrink the products' row count.
-pub const HEAD_BLOCK_BYTES: usize = 16 << 20;
+/// Bytes of one block's logits: 64 MiB (2048 rows of table11's 8192-word vocabulary), a quarter of
+/// the unfused [N, V] logits at table11's 8192 rows. Why not smaller: the logits' product reads W
+/// transposed (k-contiguous, see `transpose_into`), which gemm runs slower the fewer rows share
+/// it. `head_bench` on a 2-core Zen 4 EPYC (2026-12-05), every row predicted, fwd + bwd: 0.579 /
+/// 0.590 s with blocks of 512 rows, 0.543 / 0.570 with 1024, 0.547 / 0.551 with 2048 (two runs
+/// each); on a Xeon before, 512 and 2048 rows had timed the same.
+pub const HEAD_BLOCK_BYTES: usize = 64 << 20;
 
 /// Rows per block for a vocabulary of `v` words under [`HEAD_BLOCK_BYTES`].
 fn default_block_rows(v: usize) -> usize {
