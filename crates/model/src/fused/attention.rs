@@ -161,9 +161,14 @@ impl AttnInputs {
         }
     }
 
-    /// Query rows per block ([`row_block`]).
-    fn row_block(&self) -> usize {
-        row_block(self.spec.causal, self.s, self.dk.max(self.dv))
+    /// The query blocks `(i0, i1)` in order: rows `i0..i1`, [`row_block`] rows each (the last
+    /// one possibly fewer).
+    fn row_blocks(&self) -> impl Iterator<Item = (usize, usize)> {
+        let (t, rows) = (
+            self.t,
+            row_block(self.spec.causal, self.s, self.dk.max(self.dv)),
+        );
+        (0..t).step_by(rows).map(move |i0| (i0, (i0 + rows).min(t)))
     }
 
     /// Keys visible to the query block ending (exclusively) at row `i1`.
@@ -173,12 +178,8 @@ impl AttnInputs {
 
     /// Floats of one batch element's block scores: Σ over query blocks of rows × visible keys.
     fn block_scores_len(&self) -> usize {
-        (0..self.t)
-            .step_by(self.row_block())
-            .map(|i0| {
-                let i1 = (i0 + self.row_block()).min(self.t);
-                (i1 - i0) * self.key_limit(i1)
-            })
+        self.row_blocks()
+            .map(|(i0, i1)| (i1 - i0) * self.key_limit(i1))
             .sum()
     }
 
@@ -339,8 +340,7 @@ fn attn_forward_one(
     let v = slice(&x.v);
     let vp = v[b * x.s * x.dv..].as_ptr();
     let mut offset = 0;
-    for i0 in (0..x.t).step_by(x.row_block()) {
-        let i1 = (i0 + x.row_block()).min(x.t);
+    for (i0, i1) in x.row_blocks() {
         let kmax = x.key_limit(i1);
         let rows = i1 - i0;
         let len = rows * kmax;
@@ -476,8 +476,7 @@ fn attn_backward_one(
     let score = x.spec.score;
     let (mut dk_acc, mut dv_acc) = (KeyGrad::new(dk, dkw, s), KeyGrad::new(dv, dvw, s));
     let mut offset = 0;
-    for i0 in (0..t).step_by(x.row_block()) {
-        let i1 = (i0 + x.row_block()).min(t);
+    for (i0, i1) in x.row_blocks() {
         let kmax = x.key_limit(i1);
         let rows = i1 - i0;
         let len = rows * kmax;
@@ -627,8 +626,8 @@ fn attn_backward_one(
             );
         }
     }
-    dk_acc.finish();
-    dv_acc.finish();
+    dk_acc.finish(par);
+    dv_acc.finish(par);
 }
 
 /// Widest key-side gradient (dK's dk, dV's dv) accumulated transposed by [`KeyGrad`]. Measured
@@ -702,21 +701,9 @@ impl<'a> KeyGrad<'a> {
     }
 
     /// Writes a transposed sum back into `out` ([S, width]).
-    fn finish(self) {
-        let Some(t) = self.transposed else {
-            return;
-        };
-        let (w, s) = (self.width, self.s);
-        // Rows in tiles, so that the tile's [64, width] of `out` stays in cache while `t` is read
-        // along its rows.
-        for r0 in (0..s).step_by(64) {
-            let r1 = (r0 + 64).min(s);
-            for c in 0..w {
-                let src = &t[c * s + r0..c * s + r1];
-                for (r, &v) in (r0..r1).zip(src) {
-                    self.out[r * w + c] = v;
-                }
-            }
+    fn finish(self, par: Threads) {
+        if let Some(t) = self.transposed {
+            transpose(&t, (self.width, self.s), self.out, par);
         }
     }
 }

@@ -259,10 +259,16 @@ unsafe fn matmul(
 /// against 111 on one thread. Transposing the operand once per batch element (its size is the
 /// product's `k · n`, read once, against the product's `m · k · n` multiply-adds) recovers it.
 fn transpose_into(src: &[f32], (rows, cols): (usize, usize), dst: &mut Vec<f32>, par: Threads) {
+    dst.resize(rows * cols, 0.0);
+    transpose(src, (rows, cols), dst, par);
+}
+
+/// `dst` ← `src`ᵀ into a destination of exactly `rows × cols` floats (see [`transpose_into`]).
+fn transpose(src: &[f32], (rows, cols): (usize, usize), dst: &mut [f32], par: Threads) {
     /// Destination rows (source columns) per task.
     const BAND: usize = 32;
     assert!(src.len() >= rows * cols, "transpose source size");
-    dst.resize(rows * cols, 0.0);
+    assert_eq!(dst.len(), rows * cols, "transpose destination size");
     if rows == 0 || cols == 0 {
         return;
     }
