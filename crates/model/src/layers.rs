@@ -178,6 +178,12 @@ impl Rope {
         self.len() == 0
     }
 
+    /// The tables on the host, for fused kernels that rotate as they go
+    /// ([`fused::split_heads`]).
+    pub fn tables(&self) -> &RotaryTables {
+        &self.host
+    }
+
     /// Rotates `x`: [.., T, dim] with T equal to the table's length.
     pub fn apply<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         fused::rotary(&x, None, &self.host).unwrap_or_else(|| self.apply_reference(x))

@@ -24,7 +24,7 @@ use crate::attention::{
     favor_features, favor_query_features, favor_ratio, mixed_chunk_attention, relu2_attention,
     softmax_attention,
 };
-use crate::fused::{Activation, Gate, gated_activation};
+use crate::fused::{self, Activation, Gate, gated_activation};
 use crate::layers::{
     Direction, GlobalScaling, Norm, NormKind, Relu2Scaling, Rope, add_to, append, linear,
     linear_bias_columns, linear_columns, linear_columns_activated, linear_columns_unbiased,
@@ -263,19 +263,32 @@ pub enum BlockCache {
 }
 
 impl TransformerBlock {
-    /// [B, T, d] → [B·H, T, dh].
-    fn split_heads(&self, x: Tensor<3>) -> Tensor<3> {
-        let [b, t, d] = x.dims();
+    /// [B, T, d] → [B·H, T, dh], each head's vectors rotated by RoPE when `rope` is given: one
+    /// fused pass on flex ([`fused::split_heads`]), burn's reshape / swap / reshape and RoPE
+    /// elsewhere.
+    fn split_heads(&self, x: Tensor<3>, rope: Option<&Rope>) -> Tensor<3> {
         let h = self.n_heads;
-        x.reshape([b, t, h, d / h])
+        if let Some(heads) = fused::split_heads(&x, h, rope.map(Rope::tables)) {
+            return heads;
+        }
+        let [b, t, d] = x.dims();
+        let heads = x
+            .reshape([b, t, h, d / h])
             .swap_dims(1, 2)
-            .reshape([b * h, t, d / h])
+            .reshape([b * h, t, d / h]);
+        match rope {
+            Some(rope) => rope.apply(heads),
+            None => heads,
+        }
     }
 
-    /// [B·H, T, dh] → [B, T, d].
+    /// [B·H, T, dh] → [B, T, d] (fused on flex, [`fused::merge_heads`]).
     fn merge_heads(&self, x: Tensor<3>) -> Tensor<3> {
-        let [bh, t, dh] = x.dims();
         let h = self.n_heads;
+        if let Some(merged) = fused::merge_heads(&x, h) {
+            return merged;
+        }
+        let [bh, t, dh] = x.dims();
         x.reshape([bh / h, h, t, dh])
             .swap_dims(1, 2)
             .reshape([bh / h, t, h * dh])
@@ -285,13 +298,9 @@ impl TransformerBlock {
     fn qkv(&self, x: Tensor<3>, rope: Option<&Rope>) -> (Tensor<3>, Tensor<3>, Tensor<3>) {
         let d = x.dims()[2];
         let h = self.norm1.forward(x);
-        let part = |i: usize| self.split_heads(linear_columns(&self.qkv, h.clone(), i * d, d));
-        let (mut q, mut k, v) = (part(0), part(1), part(2));
-        if let Some(rope) = rope {
-            q = rope.apply(q);
-            k = rope.apply(k);
-        }
-        (q, k, v)
+        let part =
+            |i: usize, rope| self.split_heads(linear_columns(&self.qkv, h.clone(), i * d, d), rope);
+        (part(0, rope), part(1, rope), part(2, None))
     }
 
     fn feed_forward(&self, x: Tensor<3>) -> Tensor<3> {

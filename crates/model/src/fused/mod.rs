@@ -15,6 +15,8 @@
 //!   (sequence, chunk), causal products known to be zero skipped, the per-chunk sums kept for the
 //!   backward;
 //! - [`rotary`]: RoPE, with GAU's per-head scale and offset folded in, one pass each way;
+//! - [`split_heads`] / [`merge_heads`]: a projection's [B, T, H·dh] into heads [B·H, T, dh] (with
+//!   RoPE folded in) and back, one parallel pass each way (burn copies on one thread);
 //! - [`activation`]: SiLU and GELU in one pass each way (burn records four to six ops for each);
 //! - [`gated_activation`]: `act(x + b) ⊙ gate`, GAU's gate with U's SiLU folded in and the GLU
 //!   feed-forward from one product, one parallel pass each way;
@@ -348,6 +350,7 @@ mod attention;
 mod chunk_linear;
 mod cross_entropy;
 mod gate;
+mod heads;
 mod linear_ce;
 mod norm;
 mod product;
@@ -363,6 +366,7 @@ pub use attention::{
 pub use chunk_linear::chunk_linear_attention;
 pub use cross_entropy::cross_entropy_rows;
 pub use gate::{Gate, gated_activation};
+pub use heads::{merge_heads, split_heads};
 pub use linear_ce::{HEAD_BLOCK_BYTES, linear_cross_entropy, linear_cross_entropy_in_blocks};
 pub use norm::layer_norm;
 pub use product::{affine_2d, matmul_2d};

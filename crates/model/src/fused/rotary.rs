@@ -30,6 +30,25 @@ impl fmt::Debug for RotSaved {
     }
 }
 
+/// Which way [`turn_pair`] turns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Turn {
+    /// RoPE's rotation (the forward).
+    Forward,
+    /// Its inverse, the transpose (the gradient of the rotation).
+    Back,
+}
+
+/// One RoPE pair `(a, b)` (entries i and i + dim/2 of a vector: FLASH's convention) turned by the
+/// angle whose cosine and sine are `(c, s)`.
+#[inline(always)]
+pub(super) fn turn_pair((a, b): (f32, f32), (c, s): (f32, f32), turn: Turn) -> (f32, f32) {
+    match turn {
+        Turn::Forward => (a * c - b * s, b * c + a * s),
+        Turn::Back => (a * c + b * s, b * c - a * s),
+    }
+}
+
 /// `rotate(γ ⊙ x + β)` rows of width `dim`, in place in `out` (which holds x).
 #[inline(always)]
 fn rotate_rows(
@@ -54,9 +73,7 @@ fn rotate_rows(
         );
         let (x1, x2) = row.split_at_mut(half);
         for (((x1, x2), &c), &s) in x1.iter_mut().zip(x2.iter_mut()).zip(cos).zip(sin) {
-            let (a, b) = (*x1, *x2);
-            *x1 = a * c - b * s;
-            *x2 = b * c + a * s;
+            (*x1, *x2) = turn_pair((*x1, *x2), (c, s), Turn::Forward);
         }
     }
 }
@@ -129,8 +146,7 @@ impl<const P: usize> Backward<Flex, P> for RotBackward {
                             let pairs = dx1.iter_mut().zip(dx2.iter_mut()).zip(g1.iter().zip(g2));
                             for (((o1, o2), (&d1, &d2)), (&c, &s)) in pairs.zip(cos.iter().zip(sin))
                             {
-                                *o1 = d1 * c + d2 * s;
-                                *o2 = d2 * c - d1 * s;
+                                (*o1, *o2) = turn_pair((d1, d2), (c, s), Turn::Back);
                             }
                             if let Some(gamma) = gamma {
                                 let sums = dgam.iter_mut().zip(dbet.iter_mut());

@@ -629,6 +629,75 @@ fn fused_rotary_matches_reference_values_and_gradients_at_this_level() {
 }
 
 #[test]
+fn fused_head_split_and_merge_match_burn_values_and_gradients() {
+    at_every_simd_level(fused_head_split_and_merge_match_burn_values_and_gradients_at_this_level);
+}
+
+/// `fused::split_heads` (with and without RoPE) and `fused::merge_heads` against burn's
+/// reshape / swap / reshape and `Rope::apply_reference`: values and input gradients, with more
+/// vectors than one parallel task and task edges inside a head's rows; an odd head width without
+/// RoPE.
+fn fused_head_split_and_merge_match_burn_values_and_gradients_at_this_level() {
+    let dev = autodiff_device();
+    for (b, t, h, dh) in [(2, 300, 3, 16), (3, 37, 2, 5), (1, 1, 1, 2)] {
+        let case = format!("B {b}, T {t}, H {h}, dh {dh}");
+        let split_ref = |x: Tensor<3>| {
+            x.reshape([b, t, h, dh])
+                .swap_dims(1, 2)
+                .reshape([b * h, t, dh])
+        };
+        let x = randn([b, t, h * dh], 1, &dev).require_grad();
+        let w = randn([b * h, t, dh], 2, &dev);
+        let gx = |out: Tensor<3>| grad(&x, &backward_with(out, &w));
+
+        // A plain split moves values: the same bits both ways.
+        let split = fused::split_heads(&x, h, None).expect("flex autodiff");
+        assert_eq!(
+            values(split.clone()),
+            values(split_ref(x.clone())),
+            "split {case}"
+        );
+        assert_eq!(gx(split), gx(split_ref(x.clone())), "split gradient {case}");
+
+        // Heads back: merge is split's inverse, and its gradient splits.
+        let heads = randn([b * h, t, dh], 3, &dev).require_grad();
+        let merged = fused::merge_heads(&heads, h).expect("flex autodiff");
+        let merged_ref = heads
+            .clone()
+            .reshape([b, h, t, dh])
+            .swap_dims(1, 2)
+            .reshape([b, t, h * dh]);
+        assert_eq!(
+            values(merged.clone()),
+            values(merged_ref.clone()),
+            "merge {case}"
+        );
+        let wm = randn([b, t, h * dh], 4, &dev);
+        let gh = |out: Tensor<3>| grad(&heads, &backward_with(out, &wm));
+        assert_eq!(gh(merged), gh(merged_ref), "merge gradient {case}");
+
+        if dh % 2 == 0 {
+            // With RoPE: rotated as `Rope::apply_reference` rotates the split heads.
+            let rope = Rope::new(dh, 5, t, &dev);
+            let turned = fused::split_heads(&x, h, Some(rope.tables())).expect("flex autodiff");
+            let turned_ref = rope.apply_reference(split_ref(x.clone()));
+            assert_close(
+                &values(turned.clone()),
+                &values(turned_ref.clone()),
+                1e-6,
+                &format!("split with RoPE {case}"),
+            );
+            assert_close(
+                &gx(turned),
+                &gx(turned_ref),
+                1e-6,
+                &format!("split with RoPE gradient {case}"),
+            );
+        }
+    }
+}
+
+#[test]
 fn fused_bias_activation_matches_reference_values_and_gradients() {
     at_every_simd_level(fused_bias_activation_matches_reference_values_and_gradients_at_this_level);
 }
