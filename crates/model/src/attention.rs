@@ -10,7 +10,7 @@ use burn::tensor::activation::softmax;
 use crate::fused::{self, AttentionSpec, ScoreFn};
 use crate::layers::{
     Direction, GlobalScaling, Relu2Scaling, causal_ones, exclusive_chunk_sum, future_mask,
-    pad_time, padded_len, relu2,
+    pad_time, padded_len, relu2, unpad_time,
 };
 
 /// Score given to masked keys before a softmax: exp underflows to exactly 0 in f32, and a row is never
@@ -316,7 +316,7 @@ pub fn mixed_chunk_attention(
         });
     }
     let out = out.expect("mixed chunk attention needs at least one part");
-    out.reshape([n, tp, e]).narrow(1, 0, t)
+    unpad_time(out.reshape([n, tp, e]), t)
 }
 
 /// The local part of mixed chunk attention: `relu²(Q Kᵀ · f + b) V` within each chunk (causal:
@@ -512,7 +512,7 @@ pub fn favor_attention(
             let den = local_den + fq.matmul(z);
             let q_shift = pad_time(q_shift, tp).reshape([n, g, chunk, 1]);
             let out = num / (den + favor_eps(q_shift, shift.unsqueeze_dim::<4>(1)));
-            out.reshape([n, tp, dh]).narrow(1, 0, t)
+            unpad_time(out.reshape([n, tp, dh]), t)
         }
     }
 }
@@ -576,5 +576,5 @@ pub fn combiner_attention(
     let p_local = p.clone().narrow(3, 0, chunk);
     let p_summary = p.narrow(3, chunk, g);
     let out = p_local.matmul(vg) + p_summary.matmul(v_sum);
-    out.reshape([n, tp, dh]).narrow(1, 0, t)
+    unpad_time(out.reshape([n, tp, dh]), t)
 }

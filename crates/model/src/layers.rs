@@ -584,6 +584,18 @@ pub fn pad_time<const D: usize>(x: Tensor<D>, len: usize) -> Tensor<D> {
     Tensor::cat(vec![x, zeros], 1)
 }
 
+/// The first `len` positions of `x` (dim 1): [`pad_time`]'s inverse. Returns `x` itself when
+/// nothing was padded: a full-length `narrow` still records a slice whose backward writes the
+/// whole gradient into a fresh zero tensor on the calling thread (FLASH at 1024 tokens, 8192 × 512
+/// floats per layer).
+pub fn unpad_time<const D: usize>(x: Tensor<D>, len: usize) -> Tensor<D> {
+    if x.dims()[1] == len {
+        x
+    } else {
+        x.narrow(1, 0, len)
+    }
+}
+
 /// Smallest multiple of `chunk` that holds `len` positions.
 pub fn padded_len(len: usize, chunk: usize) -> usize {
     len.div_ceil(chunk) * chunk
