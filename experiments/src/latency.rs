@@ -94,14 +94,14 @@ const ANCHOR: &str = include_str!("../anchors/flash_jax_cpu.csv");
 const SESSION_ANCHORS: [SessionAnchor; 2] = [
     SessionAnchor {
         name: "JAX",
-        file: "experiments/anchors/flash_jax_cpu_2026-12-05f.csv",
-        csv: include_str!("../anchors/flash_jax_cpu_2026-12-05f.csv"),
+        file: "experiments/anchors/flash_jax_cpu_2026-12-05g.csv",
+        csv: include_str!("../anchors/flash_jax_cpu_2026-12-05g.csv"),
         target: 0.7,
     },
     SessionAnchor {
         name: "PyTorch",
-        file: "experiments/anchors/torch_cpu_2026-12-05f.csv",
-        csv: include_str!("../anchors/torch_cpu_2026-12-05f.csv"),
+        file: "experiments/anchors/torch_cpu_2026-12-05g.csv",
+        csv: include_str!("../anchors/torch_cpu_2026-12-05g.csv"),
         target: 0.8,
     },
 ];
