@@ -27,6 +27,9 @@ enum Move {
     FromHeads,
 }
 
+/// (B, T, H, dh)
+type HeadDims = (usize, usize, usize, usize);
+
 impl Move {
     fn reversed(self) -> Self {
         match self {
@@ -34,10 +37,15 @@ impl Move {
             Move::FromHeads => Move::ToHeads,
         }
     }
-}
 
-/// (B, T, H, dh)
-type HeadDims = (usize, usize, usize, usize);
+    /// The shape of what this move makes.
+    fn output_shape(self, (b, t, h, dh): HeadDims) -> Vec<usize> {
+        match self {
+            Move::ToHeads => vec![b * h, t, dh],
+            Move::FromHeads => vec![b, t, h * dh],
+        }
+    }
+}
 
 /// `src`'s dh-vectors moved as `way` says, each turned by RoPE at its position t (`turn` of the
 /// tables, which cover T positions of width dh) when `rotary` is given.
@@ -118,10 +126,7 @@ fn write_turned(
     turn: Turn,
 ) {
     let half = src.len() / 2;
-    let (cos, sin) = (
-        &tab.cos[p * half..(p + 1) * half],
-        &tab.sin[p * half..(p + 1) * half],
-    );
+    let (cos, sin) = tab.at(p, half);
     let (d1, d2) = dst.split_at_mut(half);
     let (s1, s2) = src.split_at(half);
     for ((((d1, d2), (&a, &b)), &c), &s) in d1
@@ -168,11 +173,7 @@ impl Backward<Flex, 1> for MoveBackward {
             way.reversed(),
             rotary.as_ref().map(|tab| (tab, Turn::Back)),
         );
-        let (b, t, h, dh) = dims;
-        let shape = match way {
-            Move::ToHeads => vec![b, t, h * dh],
-            Move::FromHeads => vec![b * h, t, dh],
-        };
+        let shape = way.reversed().output_shape(dims);
         let parents = ops.parents.iter().map(|p| p.as_ref().map(|n| n.id));
         register_grads(grads, parents, [(Some(dx), shape)]);
     }
@@ -185,14 +186,9 @@ fn move_heads_op(
     way: Move,
     rotary: Option<&RotaryTables>,
 ) -> Option<Tensor<3>> {
-    let (b, t, h, dh) = dims;
-    let out_shape = match way {
-        Move::ToHeads => vec![b * h, t, dh],
-        Move::FromHeads => vec![b, t, h * dh],
-    };
     let forward = |p: &FlexTensor| {
         let out = move_heads(slice(p), dims, way, rotary.map(|tab| (tab, Turn::Forward)));
-        flex_from(out, out_shape.clone())
+        flex_from(out, way.output_shape(dims))
     };
     match route(&x.device()) {
         Route::Reference => None,

@@ -17,6 +17,15 @@ pub struct RotaryTables {
     pub len: usize,
 }
 
+impl RotaryTables {
+    /// (cos, sin) of position `p` for vectors of width `2 · half`: each `half` long.
+    #[inline(always)]
+    pub(super) fn at(&self, p: usize, half: usize) -> (&[f32], &[f32]) {
+        let span = p * half..(p + 1) * half;
+        (&self.cos[span.clone()], &self.sin[span])
+    }
+}
+
 #[derive(Clone)]
 struct RotSaved {
     input: FlexTensor,
@@ -67,10 +76,7 @@ fn rotate_rows(
                 .zip(b)
                 .for_each(|((x, g), b)| *x = *x * g + b);
         }
-        let (cos, sin) = (
-            &tab.cos[p * half..(p + 1) * half],
-            &tab.sin[p * half..(p + 1) * half],
-        );
+        let (cos, sin) = tab.at(p, half);
         let (x1, x2) = row.split_at_mut(half);
         for (((x1, x2), &c), &s) in x1.iter_mut().zip(x2.iter_mut()).zip(cos).zip(sin) {
             (*x1, *x2) = turn_pair((*x1, *x2), (c, s), Turn::Forward);
@@ -137,10 +143,7 @@ impl<const P: usize> Backward<Flex, P> for RotBackward {
                             .enumerate()
                         {
                             let p = (c * ROTARY_ROWS + r) % tab.len;
-                            let (cos, sin) = (
-                                &tab.cos[p * half..(p + 1) * half],
-                                &tab.sin[p * half..(p + 1) * half],
-                            );
+                            let (cos, sin) = tab.at(p, half);
                             let (g1, g2) = g.split_at(half);
                             let (dx1, dx2) = dx.split_at_mut(half);
                             let pairs = dx1.iter_mut().zip(dx2.iter_mut()).zip(g1.iter().zip(g2));
