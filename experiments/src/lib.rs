@@ -10,8 +10,10 @@ pub mod gqa_pipeline;
 pub mod gqa_quality;
 pub mod latency;
 pub mod lm_sweep;
+pub mod lr_choice;
 pub mod qa_finetune;
 pub mod run_store;
+pub mod scale;
 pub mod scaling;
 pub mod verdict;
 

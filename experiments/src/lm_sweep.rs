@@ -15,7 +15,7 @@ use data::tokenize::{self, TokenizerSpec};
 use model::{Architecture, Direction, ModelConfig};
 use report::quality::{QualityChart, SeedCurve, SeedPoint};
 use serde::{Deserialize, Serialize};
-use training::lm_task::{CausalLmTask, LmData, MaskedLmTask};
+use training::lm_task::{CausalLmTask, LmData, MaskedLmTask, WindowOrder};
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
 
@@ -25,9 +25,10 @@ use training::trainer::{
 use training::{Provenance, write_atomic, write_json};
 
 use crate::dry_run::{DryRun, RunPlan};
+use crate::lr_choice::{self, RateChoice};
 use crate::run_store;
 pub use crate::verdict::SweepRow;
-use crate::verdict::{StepCost, StepTime, Summary, Verdict, summarize};
+use crate::verdict::{Pairing, StepCost, StepTime, Summary, Verdict, summarize};
 use crate::{Cli, Machine};
 
 /// The training objective of a sweep.
@@ -154,6 +155,36 @@ pub struct LmSweepConfig {
     /// What `table.md` shows beyond the summary.
     #[serde(default)]
     pub table: SweepTable,
+    /// The order of the training windows: `{ kind = "shuffled", block_tokens = N }` (the
+    /// papers' pipelines read their corpora shuffled; the seed of a run draws its order) or
+    /// `{ kind = "file" }`. Default (a config that does not say): file order, what the sweeps
+    /// read before the field existed.
+    #[serde(default)]
+    pub train_order: WindowOrder,
+    /// The split the held-out curves and the verdicts read: `test`, with the validation split
+    /// evaluated at each run's end for the choices made between runs (`lr_grid`), or
+    /// `validation` (default: what the sweeps read before the field existed; then nothing may be
+    /// chosen on held-out data).
+    #[serde(default)]
+    pub eval_split: EvalSplit,
+    /// Peak learning rates each model of `models` is tried at, with the first seed; each model
+    /// and context then trains its other seeds at the rate whose run ends with the lowest
+    /// validation loss (which must lie inside the grid, not at its edge). `one_seed_models` and
+    /// the variants train at the rate the baseline chose. Empty (default): no choice, every model
+    /// at `peak_lr` / `peak_lr_by_model`. Needs `eval_split = "test"`.
+    #[serde(default)]
+    pub lr_grid: Vec<f64>,
+}
+
+/// The held-out split of a sweep's curves and verdicts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvalSplit {
+    /// Curves and verdicts on validation; no selection split.
+    #[default]
+    Validation,
+    /// Curves and verdicts on test; choices on validation.
+    Test,
 }
 
 fn default_timing_rounds() -> usize {
@@ -257,7 +288,14 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         }
     }
     let stop = stop_on_ctrl_c();
-    let plan = plan_runs(&config, &models, &data, devices.len(), &cli.store)?;
+    let select_files = selection_files(&config)?;
+    let grid = !config.lr_grid.is_empty();
+    let first = if grid {
+        grid_keys(&config, &models)
+    } else {
+        configured_keys(&config, &models)
+    };
+    let first = plan_runs(&config, &first, &data, devices.len(), &cli.store)?;
     let (provenance, progress) = match cli.worker {
         // A worker of `--jobs` trains what it can claim; the command that started it writes the
         // output directory. Its runs' provenance names that command (without `--worker K`).
@@ -274,12 +312,17 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             // machine.
             forget_other_machines_step_times(&cli.out, cli.output_machine(), &cli.machine())?;
             let provenance = cli.save_provenance(&config)?;
+            let eval_split = match config.eval_split {
+                EvalSplit::Validation => "validation",
+                EvalSplit::Test => "test",
+            };
             write_atomic(
                 &cli.out.join("data.json"),
                 serde_json::to_string_pretty(&serde_json::json!({
-                    "dataset": spec.name, "train_split": "train", "eval_split": "validation",
+                    "dataset": spec.name, "train_split": "train", "train_order": config.train_order,
+                    "eval_split": eval_split, "select_files": select_files,
                     "train_files": train_files, "eval_files": eval_files, "tokenizer": tok_description,
-                    "run_store": cli.store,
+                    "run_store": cli.store, "unigram_ppl": unigram_ppl(&data)?,
                 }))?
                 .as_bytes(),
             )?;
@@ -289,20 +332,51 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     let trainer = RunTrainer {
         config: &config,
         data: &data,
+        select_files: &select_files,
         devices: &devices,
         provenance: &provenance,
         stop,
         progress,
     };
     if let Some(worker) = cli.worker {
+        // The command that started this worker trains the grid before the chosen rates' runs,
+        // and starts workers for each in turn.
+        let plan = match finished_rows(&first, config.steps)? {
+            Some(done) if grid => chosen_plan(&config, &models, &done, &data, &cli)?,
+            _ => first,
+        };
         return train_as_worker(&trainer, &plan, worker);
     }
-    if cli.jobs > 1 {
-        run_workers(&cli, &plan, config.steps)?;
-    }
     let mut rows: Vec<SweepRow> = Vec::new();
-    for run in &plan {
-        let metrics = match finished_metrics(&run.dir, config.steps)? {
+    execute(&cli, &trainer, &first, &mut rows)?;
+    if grid {
+        let second = chosen_plan(&config, &models, &rows, &data, &cli)?;
+        execute(&cli, &trainer, &second, &mut rows)?;
+    }
+    calibrate_step_times(&config, &models, &data, &devices, &cli.out)?;
+    render(&cli.out, &table, Some(&config))?;
+    eprintln!("wrote {} ({})", cli.out.display(), provenance.device);
+    Ok(())
+}
+
+/// Trains `plan`'s unfinished runs (in `cli.jobs` worker processes, then here whatever is left)
+/// and appends every run's rows to `rows` (a run already there is skipped), writing the sweep's
+/// `metrics.csv` as they come.
+fn execute(
+    cli: &Cli,
+    trainer: &RunTrainer,
+    plan: &[PlannedRun],
+    rows: &mut Vec<SweepRow>,
+) -> Result<()> {
+    let steps = trainer.config.steps;
+    if cli.jobs > 1 {
+        run_workers(cli, plan, steps)?;
+    }
+    for run in plan {
+        if rows.iter().any(|r| r.run == run.name) {
+            continue;
+        }
+        let metrics = match finished_metrics(&run.dir, steps)? {
             Some(done) => {
                 eprintln!("{}: finished run {}", run.label, run.dir.display());
                 done
@@ -311,12 +385,12 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                 // Another process training this run (a second sweep on the same store) finishes
                 // it first; this one then reuses it.
                 let _lock = run_store::lock_training(&run.dir, Duration::from_secs(10))?;
-                match finished_metrics(&run.dir, config.steps)? {
+                match finished_metrics(&run.dir, steps)? {
                     Some(done) => done,
                     None => match trainer.train(run, &run.label)? {
                         Some(done) => done,
                         None => {
-                            write_rows(&cli.out, &rows)?;
+                            write_rows(&cli.out, rows)?;
                             bail!(
                                 "interrupted; run the same command again to resume from the checkpoint in {}",
                                 run.dir.display()
@@ -326,19 +400,102 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
                 }
             }
         };
-        rows.extend(metrics.into_iter().map(|metrics| SweepRow {
-            model: run.model.clone(),
-            context: run.context,
-            seed: run.seed,
-            run: run.name.clone(),
-            metrics,
-        }));
-        write_rows(&cli.out, &rows)?;
+        rows.extend(metrics.into_iter().map(|metrics| run.row(metrics)));
+        write_rows(&cli.out, rows)?;
     }
-    calibrate_step_times(&config, &models, &data, &devices, &cli.out)?;
-    render(&cli.out, &table, Some(&config))?;
-    eprintln!("wrote {} ({})", cli.out.display(), provenance.device);
     Ok(())
+}
+
+/// The rows of every run of `plan`, if all have finished.
+fn finished_rows(plan: &[PlannedRun], steps: usize) -> Result<Option<Vec<SweepRow>>> {
+    let mut rows = Vec::new();
+    for run in plan {
+        let Some(metrics) = finished_metrics(&run.dir, steps)? else {
+            return Ok(None);
+        };
+        rows.extend(metrics.into_iter().map(|m| run.row(m)));
+    }
+    Ok(Some(rows))
+}
+
+/// One run to plan: a model of the sweep at a context, with a seed and a peak rate.
+struct RunKey<'s, 'c> {
+    m: &'s SweepModel<'c>,
+    context: usize,
+    seed: u64,
+    peak_lr: f64,
+}
+
+/// Every model's seeds at its configured rate (`peak_lr`, `peak_lr_by_model`): contexts, then
+/// models, then seeds.
+fn configured_keys<'s, 'c>(
+    config: &LmSweepConfig,
+    models: &'s [SweepModel<'c>],
+) -> Vec<RunKey<'s, 'c>> {
+    let mut keys = Vec::new();
+    for &context in &config.contexts {
+        for m in models {
+            for &seed in &m.seeds {
+                let peak_lr = model_peak_lr(config, &m.name);
+                keys.push(RunKey {
+                    m,
+                    context,
+                    seed,
+                    peak_lr,
+                });
+            }
+        }
+    }
+    keys
+}
+
+/// The rate grid: each model of `models` (not the one-seed references or variants) with its
+/// first seed at every rate of `lr_grid`.
+fn grid_keys<'s, 'c>(config: &LmSweepConfig, models: &'s [SweepModel<'c>]) -> Vec<RunKey<'s, 'c>> {
+    let mut keys = Vec::new();
+    for &context in &config.contexts {
+        for m in models.iter().filter(|m| config.models.contains(&m.name)) {
+            for &peak_lr in &config.lr_grid {
+                keys.push(RunKey {
+                    m,
+                    context,
+                    seed: config.seeds[0],
+                    peak_lr,
+                });
+            }
+        }
+    }
+    keys
+}
+
+/// The runs at the chosen rates (every model, every seed), from the finished grid runs' `rows`;
+/// an error when a choice lies at the grid's edge.
+fn chosen_plan(
+    config: &LmSweepConfig,
+    models: &[SweepModel],
+    rows: &[SweepRow],
+    data: &LmData,
+    cli: &Cli,
+) -> Result<Vec<PlannedRun>> {
+    let choices = lr_choice::choose(rows, config)?;
+    lr_choice::check_interior(&choices, &config.lr_grid)?;
+    let mut keys = Vec::new();
+    for &context in &config.contexts {
+        for m in models {
+            let peak_lr = lr_choice::rate_of(&choices, &config.baseline, &m.name, context)
+                .ok_or_else(|| anyhow!("no rate chosen for {} @ {context}", m.name))?;
+            for &seed in &m.seeds {
+                keys.push(RunKey {
+                    m,
+                    context,
+                    seed,
+                    peak_lr,
+                });
+            }
+        }
+    }
+    let devices = cli.train_devices()?.len();
+    plan_runs(config, &keys, data, devices, &cli.store)
 }
 
 /// One run of a sweep as planned: what trains, and where it lives in the store.
@@ -347,6 +504,7 @@ struct PlannedRun {
     model: String,
     context: usize,
     seed: u64,
+    peak_lr: f64,
     spec: RunSpec,
     dir: PathBuf,
     /// The directory's name, the `run` column of the sweep's rows.
@@ -358,48 +516,67 @@ struct PlannedRun {
     flops_per_step: f64,
 }
 
-/// Every run of the sweep in its order (contexts, then models, then seeds), each directory
-/// claimed in `store` (created with its `run_config.json`, or checked to hold the same run).
+/// The runs of `keys` in their order, each directory claimed in `store` (created with its
+/// `run_config.json`, or checked to hold the same run).
 fn plan_runs(
     config: &LmSweepConfig,
-    models: &[SweepModel],
+    keys: &[RunKey],
     data: &LmData,
     devices: usize,
     store: &Path,
 ) -> Result<Vec<PlannedRun>> {
     let mut plan = Vec::new();
-    for &context in &config.contexts {
-        for m in models {
-            for &seed in &m.seeds {
-                let spec = run_spec(config, m, (context, seed), data, devices)?;
-                let dir = run_store::run_dir(store, m.arch.name(), context, &spec.identity);
-                run_store::claim(&dir, &spec.identity)?;
-                let flops_per_step = spec
-                    .model_config
-                    .train_flops_per_step(spec.batch * config.grad_accum, context);
-                plan.push(PlannedRun {
-                    model: m.name.clone(),
-                    context,
-                    seed,
-                    name: dir
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                    label: format!("{} @ {context}, seed {seed}", m.name),
-                    spec,
-                    dir,
-                    flops_per_step,
-                });
-            }
-        }
+    for k in keys {
+        let (m, context, seed) = (k.m, k.context, k.seed);
+        let spec = run_spec(config, m, (context, seed, k.peak_lr), data, devices)?;
+        let dir = run_store::run_dir(store, m.arch.name(), context, &spec.identity);
+        run_store::claim(&dir, &spec.identity)?;
+        let flops_per_step = spec
+            .model_config
+            .train_flops_per_step(spec.batch * config.grad_accum, context);
+        let rate = if config.lr_grid.is_empty() {
+            String::new()
+        } else {
+            format!(", peak_lr {}", k.peak_lr)
+        };
+        plan.push(PlannedRun {
+            model: m.name.clone(),
+            context,
+            seed,
+            peak_lr: k.peak_lr,
+            name: dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            label: format!("{} @ {context}, seed {seed}{rate}", m.name),
+            spec,
+            dir,
+            flops_per_step,
+        });
     }
     Ok(plan)
+}
+
+impl PlannedRun {
+    /// A row of the sweep's `metrics.csv` for one of this run's evaluations.
+    fn row(&self, metrics: MetricsRow) -> SweepRow {
+        SweepRow {
+            model: self.model.clone(),
+            context: self.context,
+            seed: self.seed,
+            run: self.name.clone(),
+            peak_lr: Some(self.peak_lr),
+            metrics,
+        }
+    }
 }
 
 /// What every run of a sweep trains with.
 struct RunTrainer<'a> {
     config: &'a LmSweepConfig,
     data: &'a LmData,
+    /// The selection split's files (validation, when the curves read test), else none.
+    select_files: &'a [PathBuf],
     devices: &'a [burn::tensor::Device],
     /// Saved as each trained run's `env.json`.
     provenance: &'a Provenance,
@@ -424,12 +601,22 @@ impl RunTrainer<'_> {
         let (train_config, dir) = (&spec.train_config, &run.dir);
         let outcome = match config.objective {
             Objective::Causal => {
-                let mut task = CausalLmTask::new(data, spec.device_batch, run.context, windows)?;
+                let mut task = CausalLmTask::new(data, spec.device_batch, run.context, windows)?
+                    .with_order(config.train_order, run.seed)?;
+                if !self.select_files.is_empty() {
+                    task =
+                        task.with_selection(self.data.spec, self.select_files.to_vec(), windows)?;
+                }
                 train(train_config, model, &mut task, devices, dir, &opts)?
             }
             Objective::Masked => {
                 let mut task =
-                    MaskedLmTask::new(data, spec.device_batch, run.context, windows, run.seed)?;
+                    MaskedLmTask::new(data, spec.device_batch, run.context, windows, run.seed)?
+                        .with_order(config.train_order)?;
+                if !self.select_files.is_empty() {
+                    task =
+                        task.with_selection(self.data.spec, self.select_files.to_vec(), windows)?;
+                }
                 train(train_config, model, &mut task, devices, dir, &opts)?
             }
         };
@@ -515,8 +702,60 @@ fn run_workers(cli: &Cli, plan: &[PlannedRun], steps: usize) -> Result<()> {
     Ok(())
 }
 
-/// The data of a sweep: the dataset's train and validation files and the tokenizer (trained on
-/// the train split and saved under `tokenizers/` the first time).
+/// The split a sweep's curves and verdicts read.
+fn eval_split(config: &LmSweepConfig) -> Split {
+    match config.eval_split {
+        EvalSplit::Validation => Split::Validation,
+        EvalSplit::Test => Split::Test,
+    }
+}
+
+/// The files of the selection split (validation) when the curves read test, else none.
+fn selection_files(config: &LmSweepConfig) -> Result<Vec<PathBuf>> {
+    if config.eval_split == EvalSplit::Validation {
+        return Ok(Vec::new());
+    }
+    let spec = registry::lookup(&config.dataset)?;
+    let source = SourceOptions {
+        data_dir: (!config.data_dir.is_empty()).then(|| config.data_dir.clone().into()),
+        ..SourceOptions::default()
+    };
+    split_files(spec, Split::Validation, &source)
+}
+
+/// The perplexity of the unigram distribution of the held-out split's tokens on those tokens,
+/// exp(−Σ p log p): what a model with no context at all, fitted to the held-out split itself,
+/// scores (a reference the charts and tables print beside the models).
+fn unigram_ppl(data: &LmData) -> Result<f64> {
+    let docs = data::source::ExampleStream::open_at(
+        data.spec,
+        data.eval_files.clone(),
+        Default::default(),
+    )?;
+    let mut counts: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+    let mut total = 0u64;
+    for doc in docs {
+        for id in data.tok.encode(&doc?.all_text())? {
+            *counts.entry(id).or_default() += 1;
+            total += 1;
+        }
+    }
+    if total == 0 {
+        bail!("the {} held-out split holds no tokens", data.spec.name);
+    }
+    let n = total as f64;
+    let entropy: f64 = counts
+        .values()
+        .map(|&c| {
+            let p = c as f64 / n;
+            -p * p.ln()
+        })
+        .sum();
+    Ok(entropy.exp())
+}
+
+/// The data of a sweep: the dataset's train and held-out (`eval_split`) files and the tokenizer
+/// (trained on the train split and saved under `tokenizers/` the first time).
 pub fn sweep_data(config: &LmSweepConfig) -> Result<LmData> {
     let spec = registry::lookup(&config.dataset)?;
     let tokenizer: TokenizerSpec = config.tokenizer.parse()?;
@@ -525,7 +764,7 @@ pub fn sweep_data(config: &LmSweepConfig) -> Result<LmData> {
         ..SourceOptions::default()
     };
     let train_files = split_files(spec, Split::Train, &source)?;
-    let eval_files = split_files(spec, Split::Validation, &source)?;
+    let eval_files = split_files(spec, eval_split(config), &source)?;
     let tok = tokenize::load(
         &tokenizer,
         spec.name,
@@ -563,14 +802,14 @@ struct RunSpec {
 fn run_spec(
     config: &LmSweepConfig,
     m: &SweepModel,
-    (context, seed): (usize, u64),
+    (context, seed, peak_lr): (usize, u64, f64),
     data: &LmData,
     devices: usize,
 ) -> Result<RunSpec> {
     let (batch, device_batch) = split_batch(config.tokens_per_batch, context, devices)?;
     let eval_windows = (config.eval_tokens / context).max(1);
     let model_config = run_model_config(config, m, context, data.tok.vocab_size())?;
-    let train_config = run_train_config(config, m, seed);
+    let train_config = run_train_config_at(config, seed, peak_lr);
     let mut train_json = serde_json::to_value(&train_config)?;
     train_json
         .as_object_mut()
@@ -580,6 +819,14 @@ fn run_spec(
         "tokenizer": data.tok.description, "model": model_identity(&model_config)?, "context": context,
         "batch": batch, "train": train_json, "eval_windows": eval_windows,
     });
+    // Named only away from their defaults, so that the runs of the sweeps before these fields
+    // existed keep their names.
+    if config.train_order != WindowOrder::File {
+        identity["train_order"] = serde_json::to_value(config.train_order)?;
+    }
+    if config.eval_split != EvalSplit::Validation {
+        identity["eval_split"] = serde_json::to_value(config.eval_split)?;
+    }
     // Named only when more than one: a run resumes only on the device count it started with (its
     // device-hours count them).
     if devices > 1 {
@@ -619,7 +866,8 @@ pub fn stored_runs(
     let mut out = Vec::new();
     for m in sweep_models(config)? {
         for &seed in &m.seeds {
-            let spec = run_spec(config, &m, (context, seed), data, devices)?;
+            let lr = model_peak_lr(config, &m.name);
+            let spec = run_spec(config, &m, (context, seed, lr), data, devices)?;
             out.push(StoredRun {
                 model: m.name.clone(),
                 seed,
@@ -725,16 +973,17 @@ fn lr_set_shadowed(sets: &[(String, String)], config: &LmSweepConfig) -> Option<
     ))
 }
 
-/// How `m`'s runs of the sweep train, with `seed`.
+/// How `m`'s runs of the sweep train, with `seed`, at its configured rate.
 fn run_train_config(config: &LmSweepConfig, m: &SweepModel, seed: u64) -> TrainConfig {
+    run_train_config_at(config, seed, model_peak_lr(config, &m.name))
+}
+
+/// How a run of the sweep trains, with `seed` and `peak_lr`.
+fn run_train_config_at(config: &LmSweepConfig, seed: u64, peak_lr: f64) -> TrainConfig {
     TrainConfig {
         steps: config.steps,
         optimizer: config.optimizer,
-        schedule: Schedule::new(
-            model_peak_lr(config, &m.name),
-            config.warmup_steps,
-            config.decay,
-        ),
+        schedule: Schedule::new(peak_lr, config.warmup_steps, config.decay),
         grad_accum: config.grad_accum,
         clip_norm: (config.clip_norm > 0.0).then_some(config.clip_norm),
         eval_every: config.eval_every,
@@ -918,9 +1167,16 @@ fn dry_run_sweep(
                 .filter(|t| t.model == m.name && t.context == context && t.config == hash)
                 .map(|t| t.seconds)
                 .collect();
+            // With a rate grid, a model of `models` trains its first seed at every rate, then
+            // its other seeds at the chosen one.
+            let runs = if !config.lr_grid.is_empty() && config.models.contains(&m.name) {
+                config.lr_grid.len() + m.seeds.len() - 1
+            } else {
+                m.seeds.len()
+            };
             plans.push(RunPlan {
                 label: format!("{} @ {context}", m.name),
-                runs: m.seeds.len(),
+                runs,
                 params,
                 tokens_per_step: batch * context * config.grad_accum,
                 steps: config.steps,
@@ -1074,6 +1330,7 @@ fn sweep_models(config: &LmSweepConfig) -> Result<Vec<SweepModel<'_>>> {
             bail!("peak_lr_by_model: `{name}` = {lr} must be a positive learning rate");
         }
     }
+    crate::lr_choice::check_grid(config)?;
     for c in &config.claimed_faster {
         if !models.iter().any(|m| &m.name == c) {
             bail!("claimed_faster names `{c}`, which is not a model of the sweep");
@@ -1214,11 +1471,18 @@ fn seed_curve(
 /// `table.md` (the paper's `table`: final perplexity over seeds and the speedup to the baseline's
 /// final perplexity over seed pairs, with its decomposition and verdict) from `metrics.csv`.
 pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result<()> {
-    let rows = read_rows(out)?;
     let config = match config {
         Some(c) => c.clone(),
         None => saved_config(out)?,
     };
+    let every_rate = read_rows(out)?;
+    let rows = lr_choice::at_chosen_rates(&every_rate, &config)?;
+    let choices = if config.lr_grid.is_empty() {
+        Vec::new()
+    } else {
+        lr_choice::choose(&every_rate, &config)?
+    };
+    let unigram = read_unigram_ppl(out);
     let baseline = &config.baseline;
     let step_times = read_step_times(out)?;
     let cost = match &step_times {
@@ -1263,12 +1527,44 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
         .join(", ");
     body +=
         " over the last quarter of its steps (worst seed; the cpu scale asks for under 2%).\n\n";
-    body += "| model | context | seeds | steps | run device-hours | run tokens/s | s/step (timed) | final ppl | speedup (device-hours) | = in steps | × step time | reached | verdict |\n\
-           |---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    body += &format!(
+        "Held-out split: {}; training windows: {}.{}\n\n",
+        match config.eval_split {
+            EvalSplit::Validation => "validation (no choice was made on held-out data)",
+            EvalSplit::Test => "test (rates chosen on validation)",
+        },
+        match config.train_order {
+            WindowOrder::File => "the split in file order, every seed alike".to_string(),
+            WindowOrder::Shuffled { block_tokens } => format!(
+                "shuffled by each run's seed (blocks of {block_tokens} tokens)"
+            ),
+        },
+        unigram.map_or_else(String::new, |u| format!(
+            " Unigram reference (no context: the held-out split's own token frequencies): perplexity {u:.1}."
+        )),
+    );
+    let robust_column = !choices.is_empty();
+    body += "| model | context | seeds | steps | run device-hours | run tokens/s | s/step (timed) | final ppl | speedup (device-hours) | = in steps | × step time | reached | verdict |";
+    body += if robust_column {
+        " robust to the rate |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    } else {
+        "\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    };
     for s in &all {
-        let verdict = speedup_verdict(s, &config).map_or_else(|| "—".into(), |v| v.to_string());
+        let verdict = speedup_verdict(s, &config);
+        let robust = match (robust_column, verdict) {
+            (false, _) => String::new(),
+            (true, None) => " — |".into(),
+            (true, Some(v)) => {
+                format!(
+                    " {} |",
+                    robust_to_rate(s, v, (&every_rate, &rows), &choices, &config, cost)
+                )
+            }
+        };
+        let verdict = verdict.map_or_else(|| "—".into(), |v| v.to_string());
         body += &format!(
-            "| {} | {} | {} | {} | {:.3e} | {:.0} | {} | {} | {}× | {}× | {}× | {}/{} | {verdict} |\n",
+            "| {} | {} | {} | {} | {:.3e} | {:.0} | {} | {} | {}× | {}× | {}× | {}/{} | {verdict} |{robust}\n",
             s.model,
             s.context,
             s.seeds,
@@ -1288,9 +1584,14 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
             s.reached.1,
         );
     }
+    if !choices.is_empty() {
+        body += &lr_choice::table(&choices, &config);
+    }
     match config.table {
         SweepTable::Speedup => {}
-        SweepTable::ChunkingLoss => body += &chunking_table(&rows, &all),
+        SweepTable::ChunkingLoss => {
+            body += &chunking_table(&rows, &all, Pairing::of(config.train_order))
+        }
         SweepTable::Ablation => body += &ablation_table(&rows, &config),
         SweepTable::Scaling => {
             body += &crate::scaling::section(&rows, &config)?;
@@ -1323,8 +1624,13 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
         };
         QualityChart {
             title: format!(
-                "{objective} on {}, context {c}: held-out perplexity vs training cost",
-                config.dataset
+                "{objective} on {}, context {c}: {} perplexity vs training cost{}",
+                config.dataset,
+                match config.eval_split {
+                    EvalSplit::Validation => "validation",
+                    EvalSplit::Test => "test",
+                },
+                unigram.map_or_else(String::new, |u| format!(" (unigram {u:.0})")),
             ),
             baseline: (baseline.clone(), base.final_ppl.mean),
             hours_label: match cost {
@@ -1337,6 +1643,41 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
     write_atomic(&out.join("table.md"), md.as_bytes())?;
     report::readme::fill(&out.join("README.md"), "table.md", &body)?;
     Ok(())
+}
+
+/// The unigram reference perplexity the sweep saved in `data.json`, if it did.
+fn read_unigram_ppl(out: &Path) -> Option<f64> {
+    let text = std::fs::read(out.join("data.json")).ok()?;
+    let json: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    json.get("unigram_ppl")?.as_f64()
+}
+
+/// Whether `verdict`, on `s`'s speedup with its runs at its chosen rate, is the same with its
+/// runs at its second-best rate: "yes", or "no (…)" with the other verdict.
+fn robust_to_rate(
+    s: &Summary,
+    verdict: Verdict,
+    (every_rate, chosen): (&[SweepRow], &[SweepRow]),
+    choices: &[RateChoice],
+    config: &LmSweepConfig,
+    cost: StepCost,
+) -> String {
+    let Some(choice) = choices
+        .iter()
+        .find(|c| c.model == s.model && c.context == s.context)
+    else {
+        return "—".into();
+    };
+    let rows = lr_choice::at_second_rate(every_rate, chosen, choice);
+    let other = summaries(&rows, config, cost)
+        .into_iter()
+        .find(|o| o.model == s.model && o.context == s.context)
+        .and_then(|o| speedup_verdict(&o, config).map(|v| (v, o.speedup)));
+    match other {
+        Some((v, _)) if v == verdict => format!("yes (at {}: {v})", choice.second),
+        Some((v, speedup)) => format!("no (at {}: {v}, {}×)", choice.second, speedup.show(2)),
+        None => "—".into(),
+    }
 }
 
 /// The model-config fields a model of the sweep changes from its architecture's preset (the
@@ -1362,18 +1703,20 @@ fn what_changes(config: &LmSweepConfig, model: &str) -> String {
 /// against the baseline (the default layer), and the verdict on F8.
 fn ablation_table(rows: &[SweepRow], config: &LmSweepConfig) -> String {
     let baseline = &config.baseline;
+    let pairing = Pairing::of(config.train_order);
     let contexts: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.context).collect();
     let mut md = format!(
         "\n## Layer ablations\n\n\
-         Each model changes one component of the default layer `{baseline}`. Final perplexity / {baseline}'s: the ratio of\n\
-         the seed means, the range over every seed pair. Per row: `default better` when the whole range is above 1,\n\
-         `ablation better` when it is below 1, else `within spread`. The claim (F8): the default is the best or within\n\
-         the seed spread of the best, i.e. no row is `ablation better`.\n\n\
+         Each model changes one component of the default layer `{baseline}`. Final perplexity / {baseline}'s ({}). Per row:\n\
+         `change hurts` when the whole range is above 1, `ablation better` when it is below 1, else `inconclusive`. The\n\
+         claim (F8), \"every change hurts\": reproduced only when every row is `change hurts`, refuted when some row is\n\
+         `ablation better`, else inconclusive.\n\n\
          | context | model | what changes | seeds | final ppl | / {baseline} | row |\n\
-         |---|---|---|---|---|---|---|\n"
+         |---|---|---|---|---|---|---|\n",
+        pairing.describe()
     );
     for c in contexts {
-        let table = crate::verdict::ablation_rows(rows, baseline, c);
+        let table = crate::verdict::ablation_rows(rows, baseline, c, pairing);
         let base = crate::verdict::final_ppls(rows, baseline, c);
         md += &format!(
             "| {c} | **{baseline}** | (the default) | {} | {} | 1 | — |\n",
@@ -1390,19 +1733,16 @@ fn ablation_table(rows: &[SweepRow], config: &LmSweepConfig) -> String {
                 crate::verdict::Spread::of(&ppl).show(2),
                 r.ratio.show(3),
                 match r.verdict() {
-                    Verdict::Reproduced => "default better",
+                    Verdict::Reproduced => "change hurts",
                     Verdict::Refuted => "ablation better",
-                    Verdict::Inconclusive => "within spread",
+                    Verdict::Inconclusive => "inconclusive",
                 }
             );
         }
-        if let Some(v) = crate::verdict::default_is_best(&table) {
-            let clear = table
-                .iter()
-                .filter(|r| r.verdict() == Verdict::Reproduced)
-                .count();
+        if let Some(v) = crate::verdict::every_change_hurts(&table) {
+            let (worse, unsure, better) = crate::verdict::ablation_counts(&table);
             md += &format!(
-                "\nContext {c}: F8 {v}: the default is clearly better than {clear} of the {} ablations.\n\n",
+                "\nContext {c}: F8 {v}: of {} ablations, {worse} clearly worse than the default, {unsure} inconclusive, {better} clearly better.\n\n",
                 table.len()
             );
         }
@@ -1411,19 +1751,20 @@ fn ablation_table(rows: &[SweepRow], config: &LmSweepConfig) -> String {
 }
 
 /// The chunking-loss section of `table.md` (FLASH Table 5), one row per context.
-fn chunking_table(rows: &[SweepRow], all: &[Summary]) -> String {
+fn chunking_table(rows: &[SweepRow], all: &[Summary], pairing: Pairing) -> String {
     let contexts: std::collections::BTreeSet<usize> = all.iter().map(|s| s.context).collect();
-    let mut md = String::from(
+    let mut md = format!(
         "\n## The perplexity lost by chunking (FLASH Table 5)\n\n\
-         Chunked / unchunked final perplexity (ratio of the seed means, range over every seed pair): for the GAU\n\
+         Chunked / unchunked final perplexity ({}): for the GAU\n\
          FLASH / FLASH-Quad, for the Transformer MC-TFM++ / Transformer++ (chunking and relu² scoring together) and\n\
          MC-TFM++ / relu² Transformer++ (chunking alone). The claim (F6): the GAU loses less, i.e. (MC-TFM++ /\n\
-         Transformer++) / (FLASH / FLASH-Quad) > 1, over every combination of the four models' seeds.\n\n\
+         Transformer++) / (FLASH / FLASH-Quad) > 1, over the whole range.\n\n\
          | context | FLASH / FLASH-Quad | MC-TFM++ / Transformer++ | MC-TFM++ / relu² Transformer++ | Transformer's loss / GAU's | verdict |\n\
          |---|---|---|---|---|---|\n",
+        pairing.describe()
     );
     for c in contexts {
-        let Some(l) = crate::verdict::chunking_loss(rows, c) else {
+        let Some(l) = crate::verdict::chunking_loss(rows, c, pairing) else {
             continue;
         };
         md += &format!(

@@ -442,6 +442,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
             context: config.context,
             seed: r.seed,
             run: row.finetune_run.clone(),
+            peak_lr: None,
             metrics: m,
         }));
         scores.push(row);
@@ -542,6 +543,27 @@ pub struct F9 {
     pub verdict: Verdict,
 }
 
+/// F9's margin, in F1 points: "within 0.3 F1" at the paper's scale (TriviaQA, thousands of
+/// questions); our held-out set has a few dozen questions, where one question moves F1 by a point
+/// or more, so the claimed model's F1 must lie within ±1 point of the baseline's.
+pub const F1_MARGIN: f64 = 1.0;
+
+/// The scale cell of `claims.md` for table4's result directory: the pre-training sweep's scale
+/// and the fine-tuning's steps.
+pub fn scale(out: &Path) -> Result<String> {
+    let config: Table4Config = serde_json::from_slice(
+        &std::fs::read(out.join("config.json"))
+            .with_context(|| format!("cannot read {}", out.join("config.json").display()))?,
+    )?;
+    let pretrain = crate::scale::lm_sweep(&out.join("pretrain"))?;
+    Ok(format!(
+        "{}; fine-tuned {} steps of {} questions",
+        pretrain.show(),
+        config.steps,
+        config.batch
+    ))
+}
+
 /// F9 from `out`'s `config.json`, `scores.csv` and the two step-time calibrations.
 pub fn f9(out: &Path) -> Result<F9> {
     let config: Table4Config = serde_json::from_slice(
@@ -588,15 +610,15 @@ pub fn f9(out: &Path) -> Result<F9> {
             .with_context(|| format!("cannot read {}", out.join(TRIVIAL).display()))?,
     )?;
     // At the floor (the baseline model not clearly above the trivial answer) the F1 comparison
-    // says nothing: no verdict either way.
+    // says nothing: no verdict either way. Else two parts: F1 within the margin (equivalence)
+    // and a cheaper pre-training step (directional).
     let verdict = if bs.min <= trivial.f1 {
         Verdict::Inconclusive
-    } else if f1_diff.max < 0.0 || pretrain_cost.max < 1.0 {
-        Verdict::Refuted
-    } else if pretrain_cost.min > 1.0 {
-        Verdict::Reproduced
     } else {
-        Verdict::Inconclusive
+        Verdict::all(&[
+            Verdict::within(&f1_diff, -F1_MARGIN, F1_MARGIN),
+            Verdict::above(&pretrain_cost, 1.0),
+        ])
     };
     Ok(F9 {
         claimed: config.claimed,

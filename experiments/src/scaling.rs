@@ -18,7 +18,7 @@ use model::{Architecture, Direction};
 use report::{LineChart, Scale, Series};
 
 use crate::lm_sweep::{LmSweepConfig, resolved_models};
-use crate::verdict::{Spread, SweepRow, Verdict, final_ppls, ppl_ratio};
+use crate::verdict::{PPL_MARGIN, Pairing, Spread, SweepRow, Verdict, final_ppls, ppl_ratio};
 
 /// One model of a scaling sweep at one context.
 #[derive(Clone, Debug)]
@@ -67,19 +67,16 @@ pub struct SizeComparison {
     pub size: String,
     pub gau: SizedModel,
     pub transformer: SizedModel,
-    /// FLASH-Quad's final perplexity / Transformer++'s: ratio of seed means, range over seed pairs.
+    /// FLASH-Quad's final perplexity / Transformer++'s ([`ppl_ratio`]).
     pub ratio: Spread,
 }
 
 impl SizeComparison {
-    /// F7 at this size: refuted when FLASH-Quad is clearly worse (the whole range above 1), else
-    /// reproduced (better, or within the seed spread).
+    /// F7 at this size, "competitive": FLASH-Quad not worse than Transformer++ by more than
+    /// [`PPL_MARGIN`]. Reproduced when the whole range lies below 1 + the margin, refuted when it
+    /// lies wholly above, else inconclusive.
     pub fn verdict(&self) -> Verdict {
-        if self.ratio.min > 1.0 {
-            Verdict::Refuted
-        } else {
-            Verdict::Reproduced
-        }
+        Verdict::below(&self.ratio, 1.0 + PPL_MARGIN)
     }
 }
 
@@ -89,6 +86,7 @@ pub fn gau_vs_transformer(
     rows: &[SweepRow],
     models: &[SizedModel],
     context: usize,
+    pairing: Pairing,
 ) -> Vec<SizeComparison> {
     let of = |family, size: &str| {
         models
@@ -102,7 +100,7 @@ pub fn gau_vs_transformer(
         .filter_map(|size| {
             let gau = of(Architecture::FlashQuad, size)?;
             let transformer = of(Architecture::TransformerPlusPlus, size)?;
-            let ratio = ppl_ratio(rows, &gau.name, &transformer.name, context)?;
+            let ratio = ppl_ratio(rows, &gau.name, &transformer.name, context, pairing)?;
             Some(SizeComparison {
                 size: size.to_string(),
                 gau,
@@ -149,13 +147,19 @@ pub fn section(rows: &[SweepRow], config: &LmSweepConfig) -> Result<String> {
             );
         }
     }
-    md += "\nF7: FLASH-Quad's final perplexity / Transformer++'s at each size (ratio of seed means, range over seed\n\
-           pairs): reproduced unless the whole range is above 1 (FLASH-Quad clearly worse).\n\n\
-           | context | size | parameters (FLASH-Quad / Transformer++) | FLASH-Quad / Transformer++ | verdict |\n\
-           |---|---|---|---|---|\n";
+    let pairing = Pairing::of(config.train_order);
+    md += &format!(
+        "\nF7: FLASH-Quad's final perplexity / Transformer++'s at each size ({}), \"competitive\" with a\n\
+         margin of {:.0}%: reproduced when the whole range is below {}, refuted when it is wholly above, else inconclusive.\n\n\
+         | context | size | parameters (FLASH-Quad / Transformer++) | FLASH-Quad / Transformer++ | verdict |\n\
+         |---|---|---|---|---|\n",
+        pairing.describe(),
+        100.0 * PPL_MARGIN,
+        1.0 + PPL_MARGIN
+    );
     for &c in &contexts {
         let models = sized_models(config, c)?;
-        for s in gau_vs_transformer(rows, &models, c) {
+        for s in gau_vs_transformer(rows, &models, c, pairing) {
             md += &format!(
                 "| {c} | {} | {} / {} | {}× | {} |\n",
                 if s.size.is_empty() {

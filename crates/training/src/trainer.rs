@@ -100,6 +100,12 @@ pub trait Task<M> {
     fn train_loss(&mut self, model: &M, device: &Device) -> Result<(Tensor<1>, usize)>;
     /// Token-level mean loss on the held-out data; `model` is in validation mode.
     fn eval_loss(&mut self, model: &M, device: &Device) -> Result<f64>;
+    /// Token-level mean loss on the selection split (validation, where `eval_loss` reads test),
+    /// evaluated once, at the end of a run: what choices between runs (learning rates) read, so
+    /// that the verdicts' split is never the one they were tuned on. None: no selection split.
+    fn select_loss(&mut self, _model: &M, _device: &Device) -> Result<Option<f64>> {
+        Ok(None)
+    }
     fn state(&self) -> Self::State;
     fn restore(&mut self, state: Self::State) -> Result<()>;
 }
@@ -119,11 +125,37 @@ pub struct MetricsRow {
     pub eval_ppl: f64,
     pub tokens_per_s: f64,
     pub lr: f64,
+    /// [`Task::select_loss`] at the last step; empty elsewhere, in runs of tasks without a
+    /// selection split, and in files written before the column existed.
+    #[serde(default, deserialize_with = "optional_number")]
+    pub select_loss: Option<f64>,
+}
+
+/// An optional number of a CSV or JSON file: empty (or absent, with `#[serde(default)]`) is none.
+/// (Serde's own `Option<f64>` fails on an empty cell inside a `#[serde(flatten)]`ed row, where
+/// the csv crate hands the cell over as text.)
+pub fn optional_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Cell {
+        Number(f64),
+        Text(String),
+    }
+    match Option::<Cell>::deserialize(d)? {
+        None => Ok(None),
+        Some(Cell::Number(x)) => Ok(Some(x)),
+        Some(Cell::Text(t)) if t.trim().is_empty() => Ok(None),
+        Some(Cell::Text(t)) => t
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| serde::de::Error::custom(format!("`{t}` is not a number"))),
+    }
 }
 
 /// The columns of [`MetricsRow`], in order.
 pub const METRICS_HEADER: &str =
-    "step,tokens,device_hours,flops,train_loss,eval_loss,eval_ppl,tokens_per_s,lr";
+    "step,tokens,device_hours,flops,train_loss,eval_loss,eval_ppl,tokens_per_s,lr,select_loss";
 
 impl MetricsRow {
     /// The row's fields as CSV, in [`METRICS_HEADER`]'s order, at full precision (Rust prints the
@@ -131,7 +163,7 @@ impl MetricsRow {
     /// (a run's, a sweep's after its identity columns) is written through this.
     pub fn csv_fields(&self) -> String {
         format!(
-            "{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{}",
             self.step,
             self.tokens,
             self.device_hours,
@@ -140,7 +172,8 @@ impl MetricsRow {
             self.eval_loss,
             self.eval_ppl,
             self.tokens_per_s,
-            self.lr
+            self.lr,
+            self.select_loss.map_or(String::new(), |l| l.to_string())
         )
     }
 }
@@ -564,6 +597,11 @@ where
 
         if step % cfg.eval_every == 0 || step == cfg.steps {
             let eval_loss = task.eval_loss(&model.valid(), device)?;
+            let select_loss = if step == cfg.steps {
+                task.select_loss(&model.valid(), device)?
+            } else {
+                None
+            };
             fault("eval", step);
             // From the run's losses, not a buffer, so a resumed run writes the same row.
             let since = &run.losses[run.rows.last().map_or(0, |r| r.step)..];
@@ -577,6 +615,7 @@ where
                 eval_ppl: eval_loss.exp(),
                 tokens_per_s: run.tokens as f64 / run.device_seconds.max(1e-9),
                 lr,
+                select_loss,
             };
             let msg = format!(
                 "loss {:.3} eval {:.3} {:.0} tok/s",

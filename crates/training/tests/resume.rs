@@ -11,7 +11,7 @@ use anyhow::Result;
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 use model::{Architecture, Direction, LanguageModel, ModelConfig};
-use training::lm_task::{CausalLmTask, LmData, MaskedLmTask};
+use training::lm_task::{CausalLmTask, LmData, MaskedLmTask, WindowOrder, WindowStream};
 use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
 use training::trainer::{KeepModel, Progress, RunOptions, Task, TrainConfig, train};
@@ -61,6 +61,9 @@ impl<T: Task<LanguageModel>> Task<LanguageModel> for Interrupting<T> {
     fn eval_loss(&mut self, m: &LanguageModel, d: &Device) -> Result<f64> {
         self.inner.eval_loss(m, d)
     }
+    fn select_loss(&mut self, m: &LanguageModel, d: &Device) -> Result<Option<f64>> {
+        self.inner.select_loss(m, d)
+    }
     fn state(&self) -> T::State {
         self.inner.state()
     }
@@ -84,6 +87,128 @@ fn interrupted_and_resumed_run_matches_uninterrupted() {
     // same test, not a parallel one: model initialisation draws from the device's global seed.)
     let masked = || MaskedLmTask::new(data.clone(), 2, 32, 4, 7).unwrap();
     check_resume(&dir.path().join("masked"), masked, Direction::Bidirectional);
+    // Shuffled streams (blocks of 5 windows: the interruption falls inside a block) with a
+    // selection split resume exactly too, and the last row carries the selection loss.
+    let order = WindowOrder::Shuffled { block_tokens: 165 };
+    let shuffled = || {
+        CausalLmTask::new(data.clone(), 2, 32, 4)
+            .unwrap()
+            .with_order(order, 3)
+            .unwrap()
+            .with_selection(data.spec, data.eval_files.clone(), 3)
+            .unwrap()
+    };
+    let dir_shuffled = dir.path().join("causal_shuffled");
+    check_resume(&dir_shuffled, shuffled, Direction::Causal);
+    let csv = std::fs::read_to_string(dir_shuffled.join("whole/metrics.csv")).unwrap();
+    let last: Vec<&str> = csv.lines().last().unwrap().split(',').collect();
+    assert!(last[9].parse::<f64>().unwrap().is_finite(), "{csv}");
+    let first: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!(
+        first[9], "",
+        "the selection loss is evaluated at the end only: {csv}"
+    );
+    let masked = || {
+        MaskedLmTask::new(data.clone(), 2, 32, 4, 7)
+            .unwrap()
+            .with_order(order)
+            .unwrap()
+    };
+    check_resume(
+        &dir.path().join("masked_shuffled"),
+        masked,
+        Direction::Bidirectional,
+    );
+}
+
+/// The windows `stream` hands out next, `n` of them.
+fn take(stream: &mut WindowStream, n: usize) -> Vec<Vec<u32>> {
+    (0..n).map(|_| stream.next_window().unwrap()).collect()
+}
+
+/// A shuffled stream hands out each epoch's windows once, in an order that depends on the seed and
+/// differs between epochs; a stream restored from any position hands out what the uninterrupted
+/// one does; one block per epoch is a permutation of the file-order epoch.
+#[test]
+fn shuffled_stream_is_seeded_permuted_and_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = lm_data(dir.path());
+    let open = |order: WindowOrder, seed: u64| {
+        WindowStream::ordered(
+            data.spec,
+            data.train_files.clone(),
+            data.tok.clone(),
+            33,
+            order,
+            seed,
+        )
+        .unwrap()
+    };
+    let mut file = open(WindowOrder::File, 0);
+    // The file-order epoch: until the first window comes round again.
+    let first = file.next_window().unwrap();
+    let mut epoch = vec![first.clone()];
+    loop {
+        let w = file.next_window().unwrap();
+        if w == first {
+            break;
+        }
+        epoch.push(w);
+    }
+    let n = epoch.len();
+    assert!(n >= 20, "the test corpus holds {n} windows");
+    let sorted = |mut v: Vec<Vec<u32>>| {
+        v.sort();
+        v
+    };
+
+    let whole = WindowOrder::Shuffled {
+        block_tokens: 1 << 20,
+    };
+    let (a, b) = (
+        take(&mut open(whole, 0), 2 * n),
+        take(&mut open(whole, 1), 2 * n),
+    );
+    assert_ne!(
+        a[..n],
+        b[..n],
+        "two seeds read the windows in the same order"
+    );
+    assert_ne!(a[..n], epoch[..], "the shuffled epoch is in file order");
+    assert_ne!(a[..n], a[n..], "two epochs in the same order");
+    for e in [&a[..n], &a[n..], &b[..n]] {
+        assert_eq!(
+            sorted(e.to_vec()),
+            sorted(epoch.clone()),
+            "not a permutation of the epoch"
+        );
+    }
+
+    // Blocks of 4 windows: each block a permutation of 4 consecutive file-order windows.
+    let small = WindowOrder::Shuffled {
+        block_tokens: 4 * 33,
+    };
+    let blocks = take(&mut open(small, 5), n);
+    for (got, want) in blocks.chunks(4).zip(epoch.chunks(4)) {
+        assert_eq!(sorted(got.to_vec()), sorted(want.to_vec()));
+    }
+
+    // Restored at every position (inside blocks, at their edges, across the epoch's end).
+    for order in [whole, small] {
+        let reference = take(&mut open(order, 9), 3 * n);
+        for at in [0, 1, 3, 4, 7, n - 1, n, n + 2] {
+            let mut s = open(order, 9);
+            take(&mut s, at);
+            let state = s.state();
+            let mut resumed = open(order, 9);
+            resumed.restore(state).unwrap();
+            assert_eq!(
+                take(&mut resumed, n + 3),
+                reference[at..at + n + 3],
+                "at {at}"
+            );
+        }
+    }
 }
 
 /// Two replicas (the second a fork, on the same CPU here: the only device this machine has) with one

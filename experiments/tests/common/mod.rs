@@ -2,7 +2,7 @@
 
 /// A corpus in the offline corpus's layout, so the test does not need `just data`.
 pub fn tiny_corpus(dir: &std::path::Path) {
-    for split in ["train", "validation"] {
+    for split in ["train", "validation", "test"] {
         let texts: Vec<String> = (0..4)
             .map(|i| {
                 format!("{split} {i}: ") + &"To be, or not to be, that is the question. ".repeat(4)
