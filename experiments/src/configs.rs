@@ -44,6 +44,7 @@ builtin_configs!(
     "table1",
     "table2",
     "fig3",
+    "f4_length",
     "table4",
     "gqa_fig6",
     "gqa_table1",
@@ -54,7 +55,16 @@ builtin_configs!(
 /// The LM sweeps (their binaries' `main` is [`crate::lm_sweep_main`]): the experiments whose runs
 /// can train in `--jobs` worker processes.
 pub const LM_SWEEPS: &[&str] = &[
-    "fig5", "fig6", "table3", "fig7", "table5", "fig8", "table1", "table2", "fig3",
+    "fig5",
+    "fig6",
+    "table3",
+    "fig7",
+    "table5",
+    "fig8",
+    "table1",
+    "table2",
+    "fig3",
+    "f4_length",
 ];
 
 /// How many `extends` links a config may chain (a cycle is an error, not a hang).

@@ -9,6 +9,7 @@ pub mod gqa_decode;
 pub mod gqa_pipeline;
 pub mod gqa_quality;
 pub mod latency;
+pub mod length_trend;
 pub mod lm_sweep;
 pub mod lr_choice;
 pub mod qa_finetune;
@@ -173,6 +174,9 @@ fn about(id: &str) -> &'static str {
         "table5" => "FLASH Table 5: the perplexity lost by chunking",
         "fig8" => "FLASH Fig. 8: FLASH's chunk size against quality and cost",
         "fig3" => "FLASH Fig. 3: GAU against the Transformer across model sizes",
+        "f4_length" => {
+            "FLASH's speedup to Transformer++ (F4) at fig6's length and at 8x the tokens"
+        }
         "table4" => {
             "FLASH Table 4: pre-trained LMs fine-tuned on question answering (F1 / EM, cost)"
         }

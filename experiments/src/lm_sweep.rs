@@ -20,7 +20,8 @@ use training::optimizer::OptimizerConfig;
 use training::schedule::{Decay, Schedule};
 
 use training::trainer::{
-    KeepModel, MetricsRow, Progress, RunOptions, Stepper, TrainConfig, stop_on_ctrl_c, train,
+    Diverged, KeepModel, MetricsRow, Progress, RunOptions, Stepper, TrainConfig, stop_on_ctrl_c,
+    train,
 };
 use training::{Provenance, write_atomic, write_json};
 
@@ -70,6 +71,9 @@ pub enum SweepTable {
     /// perplexity per size, FLASH-Quad against Transformer++ per size (F7), and a chart against
     /// parameters.
     Scaling,
+    /// Also the claimed models' speedup against run length ([`crate::length_trend`]): this
+    /// sweep's runs beside the shorter runs of the sweeps in `length_trend_of`.
+    LengthTrend,
 }
 
 /// One sweep, one file per scale under `experiments/configs/<id>/`.
@@ -107,6 +111,11 @@ pub struct LmSweepConfig {
     /// 512), trained and drawn beside the others under their own name.
     #[serde(default)]
     pub variants: Vec<Variant>,
+    /// Models timed by the step-time calibration but never trained: the cost of a variant whose
+    /// quality the sweep does not need (fig6: Performer with token-level prefix sums, the paper's
+    /// Performer, beside the blockwise one it trains).
+    #[serde(default)]
+    pub timed_variants: Vec<Variant>,
     /// The model whose final perplexity the others must reach (the paper: Transformer++, or
     /// Transformer+ for PG-19).
     pub baseline: String,
@@ -174,6 +183,10 @@ pub struct LmSweepConfig {
     /// at `peak_lr` / `peak_lr_by_model`. Needs `eval_split = "test"`.
     #[serde(default)]
     pub lr_grid: Vec<f64>,
+    /// With `table = "length_trend"`: the experiments whose results hold the same models at
+    /// fewer steps (e.g. `["fig6"]`), read from beside this sweep's output directory.
+    #[serde(default)]
+    pub length_trend_of: Vec<String>,
 }
 
 /// The held-out split of a sweep's curves and verdicts.
@@ -242,6 +255,7 @@ fn paper_table(id: &str) -> String {
         "table1" => "FLASH Table 1 (GAU ablations)".into(),
         "table2" => "FLASH Table 2 (Transformer++ ablations)".into(),
         "fig3" => "FLASH Figure 3 (GAU against the Transformer across model sizes)".into(),
+        "f4_length" => "FLASH's speedup (F4) against training length".into(),
         other => format!("`{other}`"),
     }
 }
@@ -270,6 +284,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         split_batch(config.tokens_per_batch, context, devices.len())?;
     }
     let models = sweep_models(&config)?;
+    let timed_only = timed_only_models(&config)?;
     if let Some(mode) = cli.dry_run {
         return dry_run_sweep(&cli, &config, &models, &devices, mode);
     }
@@ -283,7 +298,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     let tok_description = tok.description.clone();
     // Every run's model configuration resolves and is consistent before anything is written.
     for &context in &config.contexts {
-        for m in &models {
+        for m in models.iter().chain(&timed_only) {
             run_model_config(&config, m, context, tok.vocab_size())?;
         }
     }
@@ -342,7 +357,10 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         // The command that started this worker trains the grid before the chosen rates' runs,
         // and starts workers for each in turn.
         let plan = match finished_rows(&first, config.steps)? {
-            Some(done) if grid => chosen_plan(&config, &models, &done, &data, &cli)?,
+            Some(done) if grid => {
+                let diverged = diverged_runs(&first)?;
+                chosen_plan(&config, &models, (&done, &diverged), &data, &cli)?
+            }
             _ => first,
         };
         return train_as_worker(&trainer, &plan, worker);
@@ -350,10 +368,14 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     let mut rows: Vec<SweepRow> = Vec::new();
     execute(&cli, &trainer, &first, &mut rows)?;
     if grid {
-        let second = chosen_plan(&config, &models, &rows, &data, &cli)?;
+        let diverged = diverged_runs(&first)?;
+        crate::write_csv(&cli.out.join(lr_choice::DIVERGED), &diverged)?;
+        let second = chosen_plan(&config, &models, (&rows, &diverged), &data, &cli)?;
         execute(&cli, &trainer, &second, &mut rows)?;
     }
-    calibrate_step_times(&config, &models, &data, &devices, &cli.out)?;
+    let mut timed = models;
+    timed.extend(timed_only);
+    calibrate_step_times(&config, &timed, &data, &devices, &cli.out)?;
     render(&cli.out, &table, Some(&config))?;
     eprintln!("wrote {} ({})", cli.out.display(), provenance.device);
     Ok(())
@@ -418,12 +440,51 @@ fn finished_rows(plan: &[PlannedRun], steps: usize) -> Result<Option<Vec<SweepRo
     Ok(Some(rows))
 }
 
+/// The grid runs of `plan` that diverged (their `diverged.json`).
+fn diverged_runs(plan: &[PlannedRun]) -> Result<Vec<lr_choice::DivergedRun>> {
+    let mut out = Vec::new();
+    for run in plan {
+        let path = run.dir.join(DIVERGED_MARK);
+        let Ok(text) = std::fs::read(&path) else {
+            continue;
+        };
+        let mark: serde_json::Value = serde_json::from_slice(&text).with_context(|| {
+            format!(
+                "malformed {}; delete it to train the run again",
+                path.display()
+            )
+        })?;
+        out.push(lr_choice::DivergedRun {
+            model: run.model.clone(),
+            context: run.context,
+            seed: run.seed,
+            peak_lr: run.peak_lr,
+            step: mark["step"].as_u64().unwrap_or(0) as usize,
+        });
+    }
+    Ok(out)
+}
+
+/// A run directory's mark of a grid run whose loss stopped being finite: the run is over, and its
+/// rate lost.
+const DIVERGED_MARK: &str = "diverged.json";
+
+/// What a run's divergence (a non-finite training loss) means for the sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OnDivergence {
+    /// A grid run: its rate lost; the mark is written and the sweep goes on.
+    Record,
+    /// A run at a chosen or configured rate: an error that names the rate.
+    Fail,
+}
+
 /// One run to plan: a model of the sweep at a context, with a seed and a peak rate.
 struct RunKey<'s, 'c> {
     m: &'s SweepModel<'c>,
     context: usize,
     seed: u64,
     peak_lr: f64,
+    on_divergence: OnDivergence,
 }
 
 /// Every model's seeds at its configured rate (`peak_lr`, `peak_lr_by_model`): contexts, then
@@ -442,6 +503,7 @@ fn configured_keys<'s, 'c>(
                     context,
                     seed,
                     peak_lr,
+                    on_divergence: OnDivergence::Fail,
                 });
             }
         }
@@ -461,6 +523,7 @@ fn grid_keys<'s, 'c>(config: &LmSweepConfig, models: &'s [SweepModel<'c>]) -> Ve
                     context,
                     seed: config.seeds[0],
                     peak_lr,
+                    on_divergence: OnDivergence::Record,
                 });
             }
         }
@@ -473,11 +536,11 @@ fn grid_keys<'s, 'c>(config: &LmSweepConfig, models: &'s [SweepModel<'c>]) -> Ve
 fn chosen_plan(
     config: &LmSweepConfig,
     models: &[SweepModel],
-    rows: &[SweepRow],
+    (rows, diverged): (&[SweepRow], &[lr_choice::DivergedRun]),
     data: &LmData,
     cli: &Cli,
 ) -> Result<Vec<PlannedRun>> {
-    let choices = lr_choice::choose(rows, config)?;
+    let choices = lr_choice::choose(rows, diverged, config)?;
     lr_choice::check_interior(&choices, &config.lr_grid)?;
     let mut keys = Vec::new();
     for &context in &config.contexts {
@@ -490,6 +553,7 @@ fn chosen_plan(
                     context,
                     seed,
                     peak_lr,
+                    on_divergence: OnDivergence::Fail,
                 });
             }
         }
@@ -505,6 +569,7 @@ struct PlannedRun {
     context: usize,
     seed: u64,
     peak_lr: f64,
+    on_divergence: OnDivergence,
     spec: RunSpec,
     dir: PathBuf,
     /// The directory's name, the `run` column of the sweep's rows.
@@ -544,6 +609,7 @@ fn plan_runs(
             context,
             seed,
             peak_lr: k.peak_lr,
+            on_divergence: k.on_divergence,
             name: dir
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -599,7 +665,7 @@ impl RunTrainer<'_> {
         };
         let (data, windows, devices) = (self.data.clone(), spec.eval_windows, self.devices);
         let (train_config, dir) = (&spec.train_config, &run.dir);
-        let outcome = match config.objective {
+        let trained = match config.objective {
             Objective::Causal => {
                 let mut task = CausalLmTask::new(data, spec.device_batch, run.context, windows)?
                     .with_order(config.train_order, run.seed)?;
@@ -607,7 +673,7 @@ impl RunTrainer<'_> {
                     task =
                         task.with_selection(self.data.spec, self.select_files.to_vec(), windows)?;
                 }
-                train(train_config, model, &mut task, devices, dir, &opts)?
+                train(train_config, model, &mut task, devices, dir, &opts)
             }
             Objective::Masked => {
                 let mut task =
@@ -617,7 +683,31 @@ impl RunTrainer<'_> {
                     task =
                         task.with_selection(self.data.spec, self.select_files.to_vec(), windows)?;
                 }
-                train(train_config, model, &mut task, devices, dir, &opts)?
+                train(train_config, model, &mut task, devices, dir, &opts)
+            }
+        };
+        let outcome = match trained {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                let diverged = e.chain().find_map(|c| c.downcast_ref::<Diverged>());
+                return match (diverged, run.on_divergence) {
+                    (Some(d), OnDivergence::Record) => {
+                        eprintln!(
+                            "{label}: diverged at step {} (loss {}): this rate loses",
+                            d.step, d.loss
+                        );
+                        let mark =
+                            serde_json::json!({ "step": d.step, "loss": d.loss.to_string() });
+                        write_json(&run.dir.join(DIVERGED_MARK), &mark)?;
+                        write_json(&run.dir.join("env.json"), self.provenance)?;
+                        Ok(Some(Vec::new()))
+                    }
+                    (Some(_), OnDivergence::Fail) => Err(e.context(format!(
+                        "{label} at peak_lr {}: this rate diverges",
+                        run.peak_lr
+                    ))),
+                    (None, _) => Err(e),
+                };
             }
         };
         // The run's provenance (commit, device, date, command) beside its rows.
@@ -1260,6 +1350,29 @@ struct SweepModel<'a> {
     seeds: Vec<u64>,
 }
 
+/// The sweep's `timed_variants`, trained with no seed (the step-time calibration times them).
+fn timed_only_models(config: &LmSweepConfig) -> Result<Vec<SweepModel<'_>>> {
+    let trained = sweep_models(config)?;
+    config
+        .timed_variants
+        .iter()
+        .map(|v| {
+            if trained.iter().any(|m| m.name == v.name) {
+                bail!(
+                    "timed_variants: `{}` is also a trained model of the sweep",
+                    v.name
+                );
+            }
+            Ok(SweepModel {
+                name: v.name.clone(),
+                arch: v.model.parse().map_err(|e: String| anyhow!(e))?,
+                variant: Some(v),
+                seeds: Vec::new(),
+            })
+        })
+        .collect()
+}
+
 /// The sweep's models in order: `models` (every seed), `one_seed_models` (the first seed), then the
 /// variants (every seed); names unique, the baseline among them.
 fn sweep_models(config: &LmSweepConfig) -> Result<Vec<SweepModel<'_>>> {
@@ -1350,6 +1463,10 @@ fn sweep_models(config: &LmSweepConfig) -> Result<Vec<SweepModel<'_>>> {
 /// none: then the run is trained, or resumed from its checkpoint. Committed runs carry no
 /// checkpoint, so this is how a fresh clone reuses them.
 fn finished_metrics(run_dir: &Path, steps: usize) -> Result<Option<Vec<MetricsRow>>> {
+    // A grid run that diverged is over, without rows.
+    if run_dir.join(DIVERGED_MARK).exists() {
+        return Ok(Some(Vec::new()));
+    }
     let path = run_dir.join("metrics.csv");
     let Ok(file) = std::fs::File::open(&path) else {
         return Ok(None);
@@ -1476,11 +1593,12 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
         None => saved_config(out)?,
     };
     let every_rate = read_rows(out)?;
-    let rows = lr_choice::at_chosen_rates(&every_rate, &config)?;
+    let diverged = lr_choice::read_diverged(out)?;
+    let rows = lr_choice::at_chosen_rates(&every_rate, &diverged, &config)?;
     let choices = if config.lr_grid.is_empty() {
         Vec::new()
     } else {
-        lr_choice::choose(&every_rate, &config)?
+        lr_choice::choose(&every_rate, &diverged, &config)?
     };
     let unigram = read_unigram_ppl(out);
     let baseline = &config.baseline;
@@ -1597,6 +1715,7 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
             body += &crate::scaling::section(&rows, &config)?;
             crate::scaling::charts(out, &rows, &config)?;
         }
+        SweepTable::LengthTrend => body += &crate::length_trend::section(out, &config)?,
     }
     md += &body;
     let objective = match config.objective {

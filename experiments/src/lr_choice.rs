@@ -9,10 +9,37 @@
 
 use std::fmt::Write as _;
 
+use std::path::Path;
+
 use anyhow::{Result, bail};
+use serde::{Deserialize, Serialize};
 
 use crate::lm_sweep::LmSweepConfig;
 use crate::verdict::SweepRow;
+
+/// A grid run whose training loss stopped being finite: its rate lost (validation perplexity
+/// +∞). A row of a sweep's `diverged.csv`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DivergedRun {
+    pub model: String,
+    pub context: usize,
+    pub seed: u64,
+    pub peak_lr: f64,
+    /// The step whose loss was not finite.
+    pub step: usize,
+}
+
+/// The file of a sweep's diverged grid runs.
+pub const DIVERGED: &str = "diverged.csv";
+
+/// The diverged grid runs of the sweep in `out` (none when it has no `diverged.csv`).
+pub fn read_diverged(out: &Path) -> Result<Vec<DivergedRun>> {
+    let path = out.join(DIVERGED);
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    crate::read_csv(&path)
+}
 
 /// One model's rate at one context, chosen on validation.
 #[derive(Clone, Debug, PartialEq)]
@@ -82,15 +109,27 @@ fn final_row<'a>(
         .max_by_key(|r| r.metrics.step)
 }
 
-/// Every model's choice at every context of the sweep, from the grid runs in `rows`; an error
-/// naming the first grid run that has not finished or has no validation loss.
-pub fn choose(rows: &[SweepRow], config: &LmSweepConfig) -> Result<Vec<RateChoice>> {
+/// Every model's choice at every context of the sweep, from the grid runs in `rows` and those
+/// that diverged (validation perplexity +∞); an error naming the first grid run that has not
+/// finished or has no validation loss.
+pub fn choose(
+    rows: &[SweepRow],
+    diverged: &[DivergedRun],
+    config: &LmSweepConfig,
+) -> Result<Vec<RateChoice>> {
     let seed = config.seeds[0];
     let mut out = Vec::new();
     for &context in &config.contexts {
         for model in &config.models {
             let mut grid = Vec::new();
             for &lr in &config.lr_grid {
+                let lost = diverged.iter().any(|d| {
+                    &d.model == model && d.context == context && d.seed == seed && d.peak_lr == lr
+                });
+                if lost {
+                    grid.push((lr, f64::INFINITY));
+                    continue;
+                }
                 let row = final_row(rows, (model, context, seed), lr)
                     .filter(|r| r.metrics.step == config.steps);
                 let Some(loss) = row.and_then(|r| r.metrics.select_loss) else {
@@ -144,11 +183,15 @@ pub fn rate_of(choices: &[RateChoice], baseline: &str, model: &str, context: usi
 
 /// The rows the verdicts read: every model's runs at its chosen rate (all of `rows` when the sweep
 /// chooses no rate).
-pub fn at_chosen_rates(rows: &[SweepRow], config: &LmSweepConfig) -> Result<Vec<SweepRow>> {
+pub fn at_chosen_rates(
+    rows: &[SweepRow],
+    diverged: &[DivergedRun],
+    config: &LmSweepConfig,
+) -> Result<Vec<SweepRow>> {
     if config.lr_grid.is_empty() {
         return Ok(rows.to_vec());
     }
-    let choices = choose(rows, config)?;
+    let choices = choose(rows, diverged, config)?;
     Ok(rows
         .iter()
         .filter(|r| r.peak_lr == rate_of(&choices, &config.baseline, &r.model, r.context))
@@ -201,7 +244,9 @@ pub fn table(choices: &[RateChoice], config: &LmSweepConfig) -> String {
     for c in choices {
         let _ = write!(md, "| {} | {} |", c.model, c.context);
         for (lr, ppl) in &c.grid {
-            if *lr == c.chosen {
+            if ppl.is_infinite() {
+                md += " diverged |";
+            } else if *lr == c.chosen {
                 let _ = write!(md, " **{ppl:.2}** |");
             } else {
                 let _ = write!(md, " {ppl:.2} |");
@@ -271,7 +316,7 @@ mod tests {
             row("flash", 0, 0.01, 4.5),
             row("performer", 0, 0.003, 5.5),
         ];
-        let choices = choose(&rows, &c).unwrap();
+        let choices = choose(&rows, &[], &c).unwrap();
         assert_eq!((choices[0].chosen, choices[0].second), (0.003, 0.01));
         assert!(choices[0].interior());
         assert_eq!((choices[1].chosen, choices[1].second), (0.01, 0.003));
@@ -285,7 +330,7 @@ mod tests {
         );
         // The verdicts' rows: Transformer++'s two seeds at 0.003, FLASH's at 0.01, Performer at
         // the baseline's rate.
-        let kept = at_chosen_rates(&rows, &c).unwrap();
+        let kept = at_chosen_rates(&rows, &[], &c).unwrap();
         let keys: Vec<(&str, u64, Option<f64>)> = kept
             .iter()
             .map(|r| (r.model.as_str(), r.seed, r.peak_lr))
@@ -309,8 +354,25 @@ mod tests {
                     .any(|r| r.model == "flash" && r.peak_lr == Some(0.01))
         );
         // A grid run missing is named.
-        let err = choose(&rows[1..], &c).unwrap_err().to_string();
+        let err = choose(&rows[1..], &[], &c).unwrap_err().to_string();
         assert!(err.contains("peak_lr 0.001"), "{err}");
+        // A diverged grid run loses: FLASH's 0.01 diverged, so 0.003 is its choice, inside.
+        let diverged = [DivergedRun {
+            model: "flash".into(),
+            context: 512,
+            seed: 0,
+            peak_lr: 0.01,
+            step: 7,
+        }];
+        let flash_rows: Vec<SweepRow> = rows
+            .iter()
+            .filter(|r| !(r.model == "flash" && r.peak_lr == Some(0.01)))
+            .cloned()
+            .collect();
+        let choices = choose(&flash_rows, &diverged, &c).unwrap();
+        assert_eq!((choices[1].chosen, choices[1].second), (0.003, 0.001));
+        assert!(choices[1].interior() && choices[1].grid[2].1.is_infinite());
+        assert!(table(&choices, &c).contains("diverged"));
     }
 
     #[test]

@@ -454,10 +454,24 @@ pub fn favor_query_features(q: Tensor<3>, omega: &Tensor<2>) -> (Tensor<3>, Tens
     (favor_features(a, shift.clone()), shift)
 }
 
+/// How causal FAVOR+ sums its keys' features over each query's prefix. Both give the same values
+/// (up to rounding; tested); they differ in memory and in the kind of work.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum FavorPrefix {
+    /// In blocks of `block` positions: exact within a block (a masked [block, block] product), one
+    /// sum per block carried across ([`exclusive_chunk_sum`]): FLASH's chunked form applied to
+    /// FAVOR+, N·(T / block)·m·dh floats of state.
+    Blockwise {
+        /// Positions per block.
+        block: usize,
+    },
+    /// One cumulative sum of φ(k_s) v_sᵀ over every position, as Choromanski et al. (2021) write
+    /// causal FAVOR+ and as the FLASH paper times its Performer baseline: N·T·m·dh floats of state.
+    TokenLevel,
+}
+
 /// FAVOR+ attention (Performer). Bidirectional: `φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1)`. Causal: the same with
-/// prefix sums over keys, computed blockwise (`chunk` positions at a time: exact within a block,
-/// [`exclusive_chunk_sum`] across blocks), which equals the sequential prefix sum without its
-/// T×m×dh memory.
+/// prefix sums over keys, blockwise or token by token ([`FavorPrefix`]).
 ///
 /// q, k, v: [N, T, dh]; key_keep: [N, T, 1] multiplier or none; omega: [dh, m] → [N, T, dh].
 pub fn favor_attention(
@@ -467,7 +481,7 @@ pub fn favor_attention(
     key_keep: Option<Tensor<3>>,
     omega: &Tensor<2>,
     direction: Direction,
-    chunk: usize,
+    prefix: FavorPrefix,
 ) -> Tensor<3> {
     let [n, t, dh] = q.dims();
     let m = omega.dims()[1];
@@ -488,15 +502,31 @@ pub fn favor_attention(
     if let Some(keep) = key_keep {
         fk = fk * keep;
     }
-    match direction {
-        Direction::Bidirectional => {
+    match (direction, prefix) {
+        (Direction::Bidirectional, _) => {
             let kv = fk.clone().swap_dims(1, 2).matmul(v); // [N, m, dh]
             let z = fk.sum_dim(1).swap_dims(1, 2); // [N, m, 1]
             let num = fq.clone().matmul(kv);
             let den = fq.matmul(z);
             favor_ratio(num, den, q_shift, shift)
         }
-        Direction::Causal => {
+        (Direction::Causal, FavorPrefix::TokenLevel) => {
+            // S_t = Σ_{s ≤ t} φ(k_s) v_sᵀ and z_t = Σ_{s ≤ t} φ(k_s), every position's own.
+            let s = fk
+                .clone()
+                .reshape([n, t, m, 1])
+                .matmul(v.reshape([n, t, 1, dh]))
+                .cumsum(1); // [N, T, m, dh]
+            let z = fk.cumsum(1); // [N, T, m]
+            let num = fq
+                .clone()
+                .reshape([n, t, 1, m])
+                .matmul(s)
+                .reshape([n, t, dh]);
+            let den = (fq * z).sum_dim(2); // [N, T, 1]
+            favor_ratio(num, den, q_shift, shift)
+        }
+        (Direction::Causal, FavorPrefix::Blockwise { block: chunk }) => {
             let tp = padded_len(t, chunk);
             let g = tp / chunk;
             let fq = pad_time(fq, tp).reshape([n, g, chunk, m]);

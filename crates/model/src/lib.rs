@@ -28,6 +28,6 @@ pub mod transformer;
 pub use attention::{ChunkParts, MixedChunkSpec};
 pub use layers::{Direction, GlobalScaling, NormKind, Relu2Scaling};
 pub use lm::{
-    Architecture, DecodeState, LanguageModel, ModelConfig, causal_lm_loss, cross_entropy,
-    masked_lm_loss,
+    Architecture, DecodeState, LanguageModel, ModelConfig, PerformerPrefix, causal_lm_loss,
+    cross_entropy, masked_lm_loss,
 };

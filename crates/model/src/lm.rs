@@ -11,7 +11,7 @@ use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
 use serde::{Deserialize, Serialize};
 
-use crate::attention::ChunkParts;
+use crate::attention::{ChunkParts, FavorPrefix};
 use crate::fused;
 use crate::gau::{Gau, GauCache, GauConfig, GauScoring, GauSpan};
 use crate::layers::{
@@ -118,6 +118,18 @@ impl FromStr for Architecture {
     }
 }
 
+/// How causal Performer sums its keys' random features over each query's prefix (a model-config
+/// field; [`FavorPrefix`] is the attention's own form).
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum PerformerPrefix {
+    /// Blocks of [`crate::transformer::FAVOR_CAUSAL_BLOCK`] positions, a sum per block carried
+    /// across.
+    Blockwise,
+    /// One cumulative sum over every position (Choromanski et al. 2021; the FLASH paper's
+    /// Performer).
+    TokenLevel,
+}
+
 /// A language model: architecture and sizes. Defaults are the FLASH paper's (§4, appendix A).
 #[derive(Config, Debug)]
 pub struct ModelConfig {
@@ -162,6 +174,12 @@ pub struct ModelConfig {
     /// Random features per head of Performer (FAVOR+; 256 as in Choromanski et al.'s LM runs).
     #[config(default = 256)]
     pub performer_features: usize,
+    /// How causal Performer sums its keys' features over the prefix: `blockwise` (blocks of
+    /// [`crate::transformer::FAVOR_CAUSAL_BLOCK`] positions, the default: FLASH's chunked trick
+    /// applied to FAVOR+) or `token_level` (one cumulative sum over every position, the paper's
+    /// Performer baseline, T·m·dh floats per head). The same values.
+    #[config(default = "PerformerPrefix::Blockwise")]
+    pub performer_prefix: PerformerPrefix,
     /// Seed of Performer's random features.
     #[config(default = 0)]
     pub seed: u64,
@@ -186,12 +204,13 @@ impl ModelConfig {
     /// The ablation fields added after the run store's first runs: a run's identity omits them at
     /// their defaults, so that runs trained before they existed keep their names (see
     /// `experiments/src/run_store.rs`).
-    pub const ABLATION_FIELDS: [&'static str; 5] = [
+    pub const ABLATION_FIELDS: [&'static str; 6] = [
         "gau_scoring",
         "gau_heads",
         "gau_gated",
         "gau_relative_bias",
         "gau_rope",
+        "performer_prefix",
     ];
 
     /// The configuration of one GAU layer of this model for `span` and `direction`.
@@ -350,6 +369,12 @@ impl ModelConfig {
             let attention = match self.arch {
                 Architecture::Performer => AttentionKind::Favor {
                     features: self.performer_features,
+                    prefix: match self.performer_prefix {
+                        PerformerPrefix::Blockwise => FavorPrefix::Blockwise {
+                            block: crate::transformer::FAVOR_CAUSAL_BLOCK,
+                        },
+                        PerformerPrefix::TokenLevel => FavorPrefix::TokenLevel,
+                    },
                 },
                 Architecture::Combiner => AttentionKind::Combiner {
                     chunk: self.chunk_size,

@@ -20,7 +20,7 @@ use burn::prelude::*;
 use burn::tensor::activation::softmax;
 
 use crate::attention::{
-    ChunkParts, MixedChunkSpec, combiner_attention, favor_attention, favor_exponent,
+    ChunkParts, FavorPrefix, MixedChunkSpec, combiner_attention, favor_attention, favor_exponent,
     favor_features, favor_query_features, favor_ratio, mixed_chunk_attention, relu2_attention,
     softmax_attention,
 };
@@ -44,6 +44,8 @@ pub enum AttentionKind {
     Favor {
         /// Number of random features m.
         features: usize,
+        /// How the causal form sums over the prefix.
+        prefix: FavorPrefix,
     },
     /// Combiner: local attention in chunks plus one mean summary per chunk.
     Combiner {
@@ -120,7 +122,7 @@ impl TransformerBlockConfig {
             FeedForwardKind::Glu => 2 * self.d_ff,
         };
         let omega = match self.attention {
-            AttentionKind::Favor { features } => {
+            AttentionKind::Favor { features, .. } => {
                 Some(orthogonal_features(dh, features, self.seed, device))
             }
             _ => None,
@@ -344,9 +346,9 @@ impl TransformerBlock {
                 let key_keep = keep_h.map(|k| k.swap_dims(1, 2).equal_elem(1.0));
                 softmax_attention(q, k, v, key_keep, self.direction)
             }
-            AttentionKind::Favor { .. } => {
+            AttentionKind::Favor { prefix, .. } => {
                 let omega = self.omega.as_ref().expect("FAVOR+ features");
-                favor_attention(q, k, v, keep_h, omega, self.direction, FAVOR_CAUSAL_BLOCK)
+                favor_attention(q, k, v, keep_h, omega, self.direction, prefix)
             }
             AttentionKind::Combiner { chunk } => {
                 combiner_attention(q, k, v, keep_h, chunk, self.direction)

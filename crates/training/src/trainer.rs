@@ -110,6 +110,37 @@ pub trait Task<M> {
     fn restore(&mut self, state: Self::State) -> Result<()>;
 }
 
+/// A run whose training loss stopped being finite: the error [`train`] returns then (found in
+/// an error's chain with `downcast_ref`), so that a learning-rate sweep can count the rate as
+/// diverged instead of stopping.
+#[derive(Debug, Clone)]
+pub struct Diverged {
+    /// The step whose loss was not finite.
+    pub step: usize,
+    pub loss: f64,
+    /// The last good checkpoint and its step, if one was written.
+    pub checkpoint: Option<(std::path::PathBuf, usize)>,
+}
+
+impl std::fmt::Display for Diverged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (step, loss) = (self.step, self.loss);
+        match &self.checkpoint {
+            Some((dir, last)) => write!(
+                f,
+                "step {step}: the training loss is {loss}; the last good checkpoint is {} (step {last}); lower the learning rate or resume from it",
+                dir.display()
+            ),
+            None => write!(
+                f,
+                "step {step}: the training loss is {loss}; the last good checkpoint is none; lower the learning rate"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Diverged {}
+
 /// One row of `metrics.csv` (one per evaluation).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricsRow {
@@ -579,15 +610,11 @@ where
         let (next, loss, tokens) = take_step(cfg, model, &mut optim, task, devices, step, lr)?;
         model = next;
         if !loss.is_finite() {
-            let last = run.step;
-            bail!(
-                "step {step}: the training loss is {loss}; the last good checkpoint is {} (step {last}); lower the learning rate or resume from it",
-                if ckpt.exists() {
-                    ckpt.display().to_string()
-                } else {
-                    "none".into()
-                }
-            );
+            return Err(anyhow::Error::new(Diverged {
+                step,
+                loss,
+                checkpoint: ckpt.exists().then(|| (ckpt.clone(), run.step)),
+            }));
         }
         run.device_seconds += start.elapsed().as_secs_f64();
         run.tokens += tokens as u64;

@@ -1,11 +1,13 @@
 //! FAVOR+ is an unbiased estimate of softmax attention: its error falls as random features grow.
 
 use burn::prelude::*;
-use model::attention::{favor_attention, softmax_attention};
+use model::attention::{FavorPrefix, favor_attention, softmax_attention};
 use model::layers::Direction;
 use model::transformer::orthogonal_features;
 
 use crate::common::*;
+
+const BLOCKS_OF_8: FavorPrefix = FavorPrefix::Blockwise { block: 8 };
 
 fn mean_abs_error(m: usize, direction: Direction) -> f32 {
     let device = device();
@@ -24,7 +26,15 @@ fn mean_abs_error(m: usize, direction: Direction) -> f32 {
             None,
             direction,
         ));
-        let approx = values(favor_attention(q, k, v, None, &omega, direction, 8));
+        let approx = values(favor_attention(
+            q,
+            k,
+            v,
+            None,
+            &omega,
+            direction,
+            BLOCKS_OF_8,
+        ));
         total += exact
             .iter()
             .zip(&approx)
@@ -89,7 +99,15 @@ fn favor_gradients_stay_squarable_when_features_underflow() {
         .detach()
         .require_grad();
         let v = randn([n, t, dh], 3, &device).require_grad();
-        let out = favor_attention(q.clone(), k.clone(), v.clone(), None, &omega, direction, 8);
+        let out = favor_attention(
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            None,
+            &omega,
+            direction,
+            BLOCKS_OF_8,
+        );
         let grads = backward_with(out.clone(), &randn([n, t, dh], 4, &device));
         for (name, x) in [
             ("output", values(out)),
@@ -105,6 +123,65 @@ fn favor_gradients_stay_squarable_when_features_underflow() {
                 (worst * worst).is_finite(),
                 "{direction:?}: largest |{name}| is {worst:e}"
             );
+        }
+    }
+}
+
+/// The token-level causal prefix sum (the paper's Performer) and the blockwise one compute the
+/// same attention: equal outputs and gradients of q, k and v over random inputs, a length that is
+/// not a multiple of the block, and masked keys. A wrong prefix (one that lets a query see the
+/// next key, or misses its own) would differ by the size of a whole term.
+#[test]
+fn token_level_and_blockwise_prefix_sums_agree_on_values_and_gradients() {
+    let device = autodiff_device();
+    let (n, t, dh, m) = (3, 29, 16, 32);
+    for seed in 0..3 {
+        let omega = orthogonal_features(dh, m, seed, &device);
+        let q0 = randn([n, t, dh], 10 + seed, &device).mul_scalar(0.5);
+        let k0 = randn([n, t, dh], 20 + seed, &device).mul_scalar(0.5);
+        let v0 = randn([n, t, dh], 30 + seed, &device);
+        let keep: Vec<f32> = (0..n * t)
+            .map(|i| if i % 7 == 3 { 0.0 } else { 1.0 })
+            .collect();
+        let keep = Tensor::<3>::from_data(TensorData::new(keep, [n, t, 1]), &device);
+        let upstream = randn([n, t, dh], 40 + seed, &device);
+        let run = |prefix: FavorPrefix| {
+            let (q, k, v) = (
+                q0.clone().require_grad(),
+                k0.clone().require_grad(),
+                v0.clone().require_grad(),
+            );
+            let out = favor_attention(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                Some(keep.clone()),
+                &omega,
+                Direction::Causal,
+                prefix,
+            );
+            let grads = backward_with(out.clone(), &upstream);
+            [
+                values(out),
+                grad(&q, &grads),
+                grad(&k, &grads),
+                grad(&v, &grads),
+            ]
+        };
+        let token = run(FavorPrefix::TokenLevel);
+        for block in [4, 8, 32] {
+            let blockwise = run(FavorPrefix::Blockwise { block });
+            for (name, (a, b)) in ["output", "dq", "dk", "dv"]
+                .iter()
+                .zip(token.iter().zip(&blockwise))
+            {
+                let scale = a.iter().fold(0f32, |w, x| w.max(x.abs()));
+                let worst = a.iter().zip(b).fold(0f32, |w, (x, y)| w.max((x - y).abs()));
+                assert!(
+                    worst <= 1e-5 * scale.max(1.0),
+                    "seed {seed}, block {block}: {name} differs by {worst:e} (scale {scale:e})"
+                );
+            }
         }
     }
 }
