@@ -251,7 +251,8 @@ fn fig7_and_table5_share_runs_and_table5_writes_the_chunking_loss() {
 }
 
 /// fig8 trains FLASH at three chunk sizes; `claims` then computes F10 from the chunk sizes it
-/// resolves from the sweep's configuration (smallest against largest), per context.
+/// resolves from the sweep's configuration (smallest against largest), as a trend from the
+/// shortest context to the longest.
 #[test]
 fn fig8_smoke_and_its_claim() {
     use experiments::lm_sweep;
@@ -274,11 +275,10 @@ fn fig8_smoke_and_its_claim() {
         .lines()
         .filter(|l| l.starts_with("| F10 |"))
         .collect();
-    assert_eq!(f10.len(), 2, "one row per context: {claims}");
-    for row in f10 {
-        assert!(row.contains("with chunk 4 / with chunk 16"), "{row}");
-        assert!(!row.contains("no verdict"), "{row}");
-    }
+    assert_eq!(f10.len(), 1, "one row: the trend across contexts: {claims}");
+    assert!(f10[0].contains("with chunk 4 / with chunk 16"), "{}", f10[0]);
+    assert!(f10[0].contains("contexts 16 → 32"), "{}", f10[0]);
+    assert!(!f10[0].contains("no verdict"), "{}", f10[0]);
     std::fs::remove_dir_all(&root).unwrap();
 }
 
@@ -570,5 +570,49 @@ fn table4_smoke_and_its_claim() {
         std::fs::read_to_string(out.join("scores.csv")).unwrap(),
         scores
     );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// f4_length reads fig6's runs beside its own output and trains the same models for longer: its
+/// `trend.csv` has one row per length, shortest first, and the chart is drawn.
+#[test]
+fn f4_length_smoke_writes_the_trend_beside_fig6() {
+    use experiments::lm_sweep;
+    let root = std::env::temp_dir().join(format!("f4-length-smoke-{}", std::process::id()));
+    let corpus = root.join("corpus");
+    tiny_corpus(&corpus);
+    let data_dir = format!("data_dir=\"{}\"", corpus.display());
+    let results = root.join("results");
+    // Both sweeps share one store (a later --store replaces cli's).
+    let store = root.join("store").display().to_string();
+    let with_store = |id: &'static str, extra: &[&str]| {
+        let mut args = vec!["--set", data_dir.as_str(), "--store", store.as_str()];
+        args.extend_from_slice(extra);
+        cli(id, &results.join(id), &args)
+    };
+    let fig6 = with_store(
+        "fig6",
+        &[
+            "--set",
+            r#"models=["transformer_plusplus", "flash"]"#,
+            "--set",
+            r#"claimed_faster=["flash"]"#,
+        ],
+    );
+    lm_sweep::run(fig6, &|_| include_str!("../configs/fig6/smoke.toml")).unwrap();
+    lm_sweep::run(with_store("f4_length", &[]), &|p| {
+        experiments::configs::builtin("f4_length", p).unwrap()
+    })
+    .unwrap();
+    let trend = std::fs::read_to_string(results.join("f4_length/trend.csv")).unwrap();
+    let lines: Vec<&str> = trend.lines().collect();
+    assert_eq!(lines.len(), 1 + 2, "{trend}");
+    assert!(
+        lines[1].starts_with("flash,32,fig6,4,") && lines[2].starts_with("flash,32,f4_length,8,"),
+        "{trend}"
+    );
+    assert!(results.join("f4_length/speedup_vs_tokens.png").is_file());
+    let table = std::fs::read_to_string(results.join("f4_length/table.md")).unwrap();
+    assert!(table.contains("## The verdict against training length"), "{table}");
     std::fs::remove_dir_all(&root).unwrap();
 }
