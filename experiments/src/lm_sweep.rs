@@ -187,6 +187,18 @@ pub struct LmSweepConfig {
     /// fewer steps (e.g. `["fig6"]`), read from beside this sweep's output directory.
     #[serde(default)]
     pub length_trend_of: Vec<String>,
+    /// An experiment whose rate choices (its `lr_grid`, read from its results beside this
+    /// sweep's output directory) set this sweep's rates per model and context: a model it chose
+    /// for takes that rate, a variant its base model's, any other the rate of the model
+    /// `lr_family` names. For the ablation artifacts, which keep one rate per model family
+    /// (GAU variants at FLASH-Quad's, Transformer variants at Transformer++'s). Empty (default):
+    /// `peak_lr` / `peak_lr_by_model`.
+    #[serde(default)]
+    pub peak_lr_from: String,
+    /// With `peak_lr_from`: the model of the other sweep whose rate a model takes, e.g.
+    /// `{ mc_tfmpp = "transformer_plusplus" }`.
+    #[serde(default)]
+    pub lr_family: std::collections::BTreeMap<String, String>,
 }
 
 /// The held-out split of a sweep's curves and verdicts.
@@ -308,7 +320,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     let first = if grid {
         grid_keys(&config, &models)
     } else {
-        configured_keys(&config, &models)
+        configured_keys(&config, &models, &inherited_choices(&config, &cli.out)?)?
     };
     let first = plan_runs(&config, &first, &data, devices.len(), &cli.store)?;
     let (provenance, progress) = match cli.worker {
@@ -492,12 +504,17 @@ struct RunKey<'s, 'c> {
 fn configured_keys<'s, 'c>(
     config: &LmSweepConfig,
     models: &'s [SweepModel<'c>],
-) -> Vec<RunKey<'s, 'c>> {
+    inherited: &[RateChoice],
+) -> Result<Vec<RunKey<'s, 'c>>> {
     let mut keys = Vec::new();
     for &context in &config.contexts {
         for m in models {
             for &seed in &m.seeds {
-                let peak_lr = model_peak_lr(config, &m.name);
+                let peak_lr = if config.peak_lr_from.is_empty() {
+                    model_peak_lr(config, &m.name)
+                } else {
+                    inherited_rate(config, m, context, inherited)?
+                };
                 keys.push(RunKey {
                     m,
                     context,
@@ -508,7 +525,58 @@ fn configured_keys<'s, 'c>(
             }
         }
     }
-    keys
+    Ok(keys)
+}
+
+/// The rate `m` takes at `context` from the sweep named by `peak_lr_from` (its `choices`): the
+/// rate chosen for a model of that name (or of the name `lr_family` gives it), else the same for
+/// a variant's base model.
+fn inherited_rate(
+    config: &LmSweepConfig,
+    m: &SweepModel,
+    context: usize,
+    choices: &[RateChoice],
+) -> Result<f64> {
+    let chosen = |name: &str| {
+        choices
+            .iter()
+            .find(|c| c.model == name && c.context == context)
+            .map(|c| c.chosen)
+    };
+    // The model itself, then a variant's base model; each by name, then through `lr_family`.
+    let names = std::iter::once(m.name.as_str()).chain(m.variant.map(|v| v.model.as_str()));
+    let of =
+        |name: &str| chosen(name).or_else(|| config.lr_family.get(name).and_then(|f| chosen(f)));
+    names
+        .map(of)
+        .find_map(|rate| rate)
+        .ok_or_else(|| {
+            let known: Vec<&str> = choices.iter().map(|c| c.model.as_str()).collect();
+            anyhow!(
+                "{} @ {context}: {} chose no rate for it or its base model; name one of {known:?} for it in `lr_family`",
+                m.name,
+                config.peak_lr_from
+            )
+        })
+}
+
+/// The rates chosen by the sweep `peak_lr_from` names, read from its results beside `out`.
+fn inherited_choices(config: &LmSweepConfig, out: &Path) -> Result<Vec<RateChoice>> {
+    if config.peak_lr_from.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (_, dir) = crate::length_trend::sibling(out, &config.peak_lr_from)?;
+    let source = saved_config(&dir)?;
+    if source.lr_grid.is_empty() {
+        bail!(
+            "peak_lr_from = \"{}\": {} chose no rates (its config has no lr_grid)",
+            config.peak_lr_from,
+            dir.display()
+        );
+    }
+    let diverged = lr_choice::read_diverged(&dir)?;
+    lr_choice::choose(&read_rows(&dir)?, &diverged, &source)
+        .with_context(|| format!("the rates {} chose", dir.display()))
 }
 
 /// The rate grid: each model of `models` (not the one-seed references or variants) with its
@@ -822,7 +890,8 @@ fn unigram_ppl(data: &LmData) -> Result<f64> {
         data.eval_files.clone(),
         Default::default(),
     )?;
-    let mut counts: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+    // Ordered, so that the entropy sums in one order: the same digits on every run.
+    let mut counts: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
     let mut total = 0u64;
     for doc in docs {
         for id in data.tok.encode(&doc?.all_text())? {
@@ -945,18 +1014,31 @@ pub struct StoredRun {
     pub dir: std::path::PathBuf,
 }
 
-/// Every run of `config` at `context` (every model and its seeds) with its directory in `store`
-/// on `devices` devices, whether trained yet or not.
+/// Every run of `config` at `context` (every model and its seeds, each at the rate the sweep in
+/// `sweep_out` chose for it when the sweep has a rate grid) with its directory in `store` on
+/// `devices` devices, whether trained yet or not.
 pub fn stored_runs(
     config: &LmSweepConfig,
     data: &LmData,
     (store, devices): (&Path, usize),
     context: usize,
+    sweep_out: &Path,
 ) -> Result<Vec<StoredRun>> {
+    let choices = if config.lr_grid.is_empty() {
+        Vec::new()
+    } else {
+        let diverged = lr_choice::read_diverged(sweep_out)?;
+        lr_choice::choose(&read_rows(sweep_out)?, &diverged, config)?
+    };
     let mut out = Vec::new();
     for m in sweep_models(config)? {
         for &seed in &m.seeds {
-            let lr = model_peak_lr(config, &m.name);
+            let lr = if choices.is_empty() {
+                model_peak_lr(config, &m.name)
+            } else {
+                lr_choice::rate_of(&choices, &config.baseline, &m.name, context)
+                    .ok_or_else(|| anyhow!("no rate chosen for {} @ {context}", m.name))?
+            };
             let spec = run_spec(config, &m, (context, seed, lr), data, devices)?;
             out.push(StoredRun {
                 model: m.name.clone(),
@@ -1902,8 +1984,9 @@ fn chunking_table(rows: &[SweepRow], all: &[Summary], pairing: Pairing) -> Strin
 #[cfg(test)]
 mod tests {
     use super::{
-        LmSweepConfig, STEP_TIMES, forget_other_machines_step_times, lr_set_shadowed,
-        model_from_identity, model_identity, run_train_config, split_batch, sweep_models,
+        LmSweepConfig, STEP_TIMES, forget_other_machines_step_times, inherited_rate,
+        lr_set_shadowed, model_from_identity, model_identity, run_train_config, split_batch,
+        sweep_models,
     };
     use crate::read_machine;
     use model::ModelConfig;
@@ -2043,6 +2126,51 @@ mod tests {
             model_identity(&base).unwrap(),
             model_identity(&ablated).unwrap()
         );
+    }
+
+    /// `peak_lr_from`: a model takes the rate chosen for its own name, else through `lr_family`,
+    /// else its base model's; one with none of them is refused with the names it could take.
+    #[test]
+    fn inherited_rates_follow_names_families_and_base_models() {
+        let profile = crate::Profile::Cpu;
+        let text = crate::configs::builtin("fig3", profile).expect("fig3 cpu");
+        let table =
+            crate::configs::resolve(text.parse().expect("toml"), profile, "fig3").expect("resolve");
+        let config: LmSweepConfig = toml::Value::Table(table).try_into().expect("config");
+        let choice = |model: &str, chosen: f64| crate::lr_choice::RateChoice {
+            model: model.into(),
+            context: 512,
+            grid: vec![],
+            chosen,
+            second: chosen,
+        };
+        let choices = [
+            choice("transformer_plusplus", 0.001),
+            choice("flash_quad", 0.01),
+        ];
+        let models = sweep_models(&config).unwrap();
+        let rate = |name: &str| {
+            let m = models.iter().find(|m| m.name == name).unwrap();
+            inherited_rate(&config, m, 512, &choices)
+        };
+        assert_eq!(rate("flash_quad").unwrap(), 0.01);
+        assert_eq!(
+            rate("flash_quad_d64x2").unwrap(),
+            0.01,
+            "a variant: its base model's"
+        );
+        assert_eq!(
+            rate("transformer_plus").unwrap(),
+            0.001,
+            "through lr_family"
+        );
+        assert_eq!(
+            rate("transformer_plus_d192x4").unwrap(),
+            0.001,
+            "its base, through lr_family"
+        );
+        let err = inherited_rate(&config, &models[0], 4096, &choices).unwrap_err();
+        assert!(format!("{err}").contains("@ 4096"), "{err}");
     }
 
     #[test]

@@ -317,6 +317,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
         &lm_data,
         (&cli.store, devices.len()),
         config.context,
+        &cli.out.join("pretrain"),
     )?
     .into_iter()
     .filter(|r| config.models.contains(&r.model))

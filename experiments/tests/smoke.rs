@@ -276,7 +276,11 @@ fn fig8_smoke_and_its_claim() {
         .filter(|l| l.starts_with("| F10 |"))
         .collect();
     assert_eq!(f10.len(), 1, "one row: the trend across contexts: {claims}");
-    assert!(f10[0].contains("with chunk 4 / with chunk 16"), "{}", f10[0]);
+    assert!(
+        f10[0].contains("with chunk 4 / with chunk 16"),
+        "{}",
+        f10[0]
+    );
     assert!(f10[0].contains("contexts 16 → 32"), "{}", f10[0]);
     assert!(!f10[0].contains("no verdict"), "{}", f10[0]);
     std::fs::remove_dir_all(&root).unwrap();
@@ -613,6 +617,9 @@ fn f4_length_smoke_writes_the_trend_beside_fig6() {
     );
     assert!(results.join("f4_length/speedup_vs_tokens.png").is_file());
     let table = std::fs::read_to_string(results.join("f4_length/table.md")).unwrap();
-    assert!(table.contains("## The verdict against training length"), "{table}");
+    assert!(
+        table.contains("## The verdict against training length"),
+        "{table}"
+    );
     std::fs::remove_dir_all(&root).unwrap();
 }
