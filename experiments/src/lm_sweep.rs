@@ -574,9 +574,13 @@ fn inherited_choices(config: &LmSweepConfig, out: &Path) -> Result<Vec<RateChoic
             dir.display()
         );
     }
-    let diverged = lr_choice::read_diverged(&dir)?;
-    lr_choice::choose(&read_rows(&dir)?, &diverged, &source)
-        .with_context(|| format!("the rates {} chose", dir.display()))
+    chosen_in(&dir, &source).with_context(|| format!("the rates {} chose", dir.display()))
+}
+
+/// The rates the sweep of `config` chose, from its rows and diverged grid runs in `dir`.
+fn chosen_in(dir: &Path, config: &LmSweepConfig) -> Result<Vec<RateChoice>> {
+    let diverged = lr_choice::read_diverged(dir)?;
+    lr_choice::choose(&read_rows(dir)?, &diverged, config)
 }
 
 /// The rate grid: each model of `models` (not the one-seed references or variants) with its
@@ -1027,8 +1031,7 @@ pub fn stored_runs(
     let choices = if config.lr_grid.is_empty() {
         Vec::new()
     } else {
-        let diverged = lr_choice::read_diverged(sweep_out)?;
-        lr_choice::choose(&read_rows(sweep_out)?, &diverged, config)?
+        chosen_in(sweep_out, config)?
     };
     let mut out = Vec::new();
     for m in sweep_models(config)? {
