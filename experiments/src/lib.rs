@@ -2,9 +2,16 @@
 //! `--config FILE` to replace it, `--set key=value` to override fields), output directories and
 //! provenance. Each binary is a thin `main` over one module here.
 
+/// The experiment binaries allocate through mimalloc ([`model::runtime::Allocator`]); a library
+/// crate sets no global allocator, so this is the binaries' crate's default feature.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: model::runtime::Allocator = model::runtime::Allocator;
+
 pub mod claims;
 pub mod configs;
 pub mod dry_run;
+mod front_page;
 pub mod gqa_decode;
 pub mod gqa_pipeline;
 pub mod gqa_quality;
@@ -84,6 +91,9 @@ pub struct Cli {
     pub store: PathBuf,
     /// Re-render charts and tables from the existing CSVs instead of running.
     pub report_only: bool,
+    /// Print the resolved configuration (profile, `extends`, `--config`, `--set` and every
+    /// default) as TOML and exit.
+    pub print_config: bool,
     /// Print what each run needs (and with `step`, take one real step of each model) instead of
     /// running.
     pub dry_run: Option<dry_run::DryRun>,
@@ -128,6 +138,10 @@ struct Args {
     /// Re-render the charts and tables from the CSVs already in the output directory; runs nothing.
     #[arg(long)]
     report: bool,
+    /// Print the resolved configuration (the profile's file with its `extends` chain, `--config`,
+    /// `--set` and every default) as TOML, and exit; runs nothing.
+    #[arg(long)]
+    print_config: bool,
     /// Resolve the configuration, build every model on the device and print per run its
     /// parameters, tokens per step, memory and (where this device's step time is known)
     /// device-hours; train and write nothing. `--dry-run=step` also takes one real training step
@@ -163,8 +177,8 @@ fn parse_set(kv: &str) -> Result<(String, String)> {
     Ok((k.trim().to_string(), v.trim().to_string()))
 }
 
-/// What each experiment reproduces, for its `--help`.
-fn about(id: &str) -> &'static str {
+/// One line on what experiment `id` reproduces (its `--help` and the README's cost table).
+pub fn about(id: &str) -> &'static str {
     match id {
         "table11" => "FLASH Table 11 / Fig. 5(a): seconds per training step against context length",
         "fig5" => "FLASH Fig. 5 / Table 12: masked-LM perplexity against training cost",
@@ -232,6 +246,7 @@ impl Cli {
             out,
             store,
             report_only: a.report,
+            print_config: a.print_config,
             dry_run: a.dry_run,
             jobs: a.jobs,
             worker: a.worker,
@@ -246,7 +261,7 @@ impl Cli {
     /// Loads the experiment config: `--config FILE` or the profile's built-in file, its `extends`
     /// chain resolved ([`configs::resolve`]), then the `--set` overrides. Unknown keys and wrong types
     /// are errors naming the key.
-    pub fn load_config<C: DeserializeOwned>(
+    pub fn load_config<C: DeserializeOwned + Serialize>(
         &self,
         builtin: &dyn Fn(Profile) -> &'static str,
     ) -> Result<C> {
@@ -274,7 +289,14 @@ impl Cli {
             set_field(&mut table, key, parse_value(raw))
                 .with_context(|| format!("--set {key}: no such field in {source}"))?;
         }
-        C::deserialize(toml::Value::Table(table)).with_context(|| format!("bad config {source}"))
+        let config = C::deserialize(toml::Value::Table(table))
+            .with_context(|| format!("bad config {source}"))?;
+        if self.print_config {
+            let text = toml::to_string_pretty(&config).context("printing the resolved config")?;
+            print!("# {source}, resolved\n{text}");
+            return Err(ConfigPrinted.into());
+        }
+        Ok(config)
     }
 
     /// The training devices: `--devices` of the backend, for the experiments that train data-parallel
@@ -399,11 +421,27 @@ fn main_of(id: &'static str, workers: WorkerProcesses, body: impl FnOnce(Cli) ->
         body(cli)
     };
     if let Err(e) = outcome {
+        if e.is::<ConfigPrinted>() {
+            return;
+        }
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
         eprintln!("error: {}", chain.join(": "));
         std::process::exit(1);
     }
 }
+
+/// What [`Cli::load_config`] returns under `--print-config` once it has printed the config: the
+/// experiment stops there, and its `main` exits with success.
+#[derive(Debug)]
+pub struct ConfigPrinted;
+
+impl std::fmt::Display for ConfigPrinted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the resolved config was printed")
+    }
+}
+
+impl std::error::Error for ConfigPrinted {}
 
 /// The `main` of an LM-sweep experiment (`fig5`, `fig6`, `table3`, ...): [`lm_sweep::run`] with
 /// the experiment's built-in configs ([`configs::builtin`]).
@@ -583,7 +621,7 @@ mod tests {
 
     #[test]
     fn set_overrides_typed_fields_and_rejects_unknown_ones() {
-        #[derive(serde::Deserialize, Debug)]
+        #[derive(serde::Deserialize, serde::Serialize, Debug)]
         struct C {
             steps: usize,
             names: Vec<String>,
@@ -601,11 +639,11 @@ mod tests {
             .unwrap_err();
         assert!(format!("{err:#}").contains("no such field"), "{err:#}");
         // Dotted keys reach nested tables; a nested field may be added, a missing table may not.
-        #[derive(serde::Deserialize, Debug)]
+        #[derive(serde::Deserialize, serde::Serialize, Debug)]
         struct Nested {
             stage: Stage,
         }
-        #[derive(serde::Deserialize, Debug)]
+        #[derive(serde::Deserialize, serde::Serialize, Debug)]
         #[serde(deny_unknown_fields)]
         struct Stage {
             steps: usize,

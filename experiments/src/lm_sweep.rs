@@ -403,6 +403,20 @@ fn execute(
     rows: &mut Vec<SweepRow>,
 ) -> Result<()> {
     let steps = trainer.config.steps;
+    if cli.worker.is_none() {
+        let mut stored = 0;
+        for run in plan {
+            stored += usize::from(finished_metrics(&run.dir, steps)?.is_some());
+        }
+        if stored > 0 {
+            eprintln!(
+                "{stored} of these {} runs are finished in the run store {} and are reused, not retrained \
+                 (`--store DIR` trains every run anew in DIR)",
+                plan.len(),
+                cli.store.display()
+            );
+        }
+    }
     if cli.jobs > 1 {
         run_workers(cli, plan, steps)?;
     }

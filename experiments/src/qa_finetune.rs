@@ -201,6 +201,7 @@ fn pretrain_cli(cli: &Cli, config: &Table4Config) -> Result<Cli> {
         out: cli.out.join("pretrain"),
         store: cli.store.clone(),
         report_only: cli.report_only,
+        print_config: false,
         dry_run: cli.dry_run,
         // table4 trains its pre-training runs itself (`--jobs` is the LM sweeps' option).
         jobs: 1,

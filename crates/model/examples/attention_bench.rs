@@ -51,6 +51,9 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
+#[global_allocator]
+static ALLOCATOR: model::runtime::Allocator = model::runtime::Allocator;
+
 fn main() {
     model::runtime::configure();
     let t: usize = match std::env::args().nth(1) {

@@ -68,6 +68,9 @@ fn gflops((m, n, k): (usize, usize, usize), k_contiguous: bool, par: gemm::Paral
     flops / best / 1e9
 }
 
+#[global_allocator]
+static ALLOCATOR: model::runtime::Allocator = model::runtime::Allocator;
+
 fn main() {
     model::runtime::configure();
     let threads = rayon::current_num_threads();

@@ -10,6 +10,9 @@ use burn::tensor::Distribution;
 use model::fused;
 use std::time::Instant;
 
+#[global_allocator]
+static ALLOCATOR: model::runtime::Allocator = model::runtime::Allocator;
+
 fn main() {
     model::runtime::configure();
     let dev = Device::flex().autodiff();

@@ -8,6 +8,9 @@ use burn::tensor::Distribution;
 use model::fused;
 use model::runtime::median_seconds;
 
+#[global_allocator]
+static ALLOCATOR: model::runtime::Allocator = model::runtime::Allocator;
+
 fn main() {
     let n: usize = std::env::args()
         .nth(1)

@@ -32,6 +32,9 @@ enum Scale {
     Fig5,
 }
 
+#[global_allocator]
+static ALLOCATOR: model::runtime::Allocator = model::runtime::Allocator;
+
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let scale = match args.iter().position(|a| a == "--scale") {

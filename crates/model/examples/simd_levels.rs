@@ -13,6 +13,9 @@ use model::fused::simd::{self, SimdLevel};
 use model::fused::{Activation, bias_activation, cross_entropy_rows};
 use model::runtime::median_seconds;
 
+#[global_allocator]
+static ALLOCATOR: model::runtime::Allocator = model::runtime::Allocator;
+
 fn main() {
     model::runtime::configure();
     let dev = Device::flex().autodiff();

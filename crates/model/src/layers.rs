@@ -306,8 +306,8 @@ pub enum GlobalScaling {
     /// sequence length n (the input's, before padding to a multiple of C), causal by the chunk size C
     /// (so that a causal prefix's outputs do not depend on how much follows it). The default.
     Appendix,
-    /// Divides by C in both directions: this workspace's form before stop 14, which makes the
-    /// bidirectional global term n / C times the appendix's (32× at n = 8192, C = 256).
+    /// Divides by C in both directions, which makes the bidirectional global term n / C times the
+    /// appendix's (32× at n = 8192, C = 256).
     Chunk,
     /// No scaling (goes with [`Relu2Scaling::None`], the paper's Figure 2 pseudocode).
     None,

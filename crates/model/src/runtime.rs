@@ -1,12 +1,13 @@
-//! Process-wide settings of a training or benchmark process, kept apart from the kernels: the
-//! global allocator (mimalloc, with purging off) and flush-to-zero on the compute threads. Binaries
-//! call [`configure`] once at start; tests run without it (the results do not depend on it, only
+//! Process-wide settings of a training or benchmark process, kept apart from the kernels: mimalloc
+//! with purging off and flush-to-zero on the compute threads. A library sets no global allocator:
+//! the binaries declare mimalloc as theirs ([`Allocator`]; the `experiments` binaries through that
+//! crate's default feature `mimalloc`, why in the workspace `Cargo.toml`) and call [`configure`]
+//! once at start; tests run without it (the results do not depend on it, only
 //! the speed: values below f32's smallest normal become 0 under flush-to-zero).
 
-/// Everything that links the model crate allocates through mimalloc (why: the workspace
-/// `Cargo.toml`); [`keep_freed_memory`] stops it returning memory to the OS.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// The allocator the binaries declare: `#[global_allocator] static A: model::runtime::Allocator =
+/// model::runtime::Allocator;` ([`keep_freed_memory`] tunes it).
+pub use mimalloc::MiMalloc as Allocator;
 
 /// Both settings of this module: [`flush_denormals`] and [`keep_freed_memory`].
 pub fn configure() {
@@ -43,7 +44,7 @@ pub fn flush_denormals() {
 /// the sys crate exports no constant for it).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Stops mimalloc (the global allocator, see lib.rs) from returning freed memory to the OS. By
+/// Stops mimalloc (where a binary made it the global allocator) from returning freed memory to the OS. By
 /// default it decommits memory freed 10 ms ago, and the next large tensor pays its page faults
 /// again: FLASH's training step at 8192 tokens took 6.0 s instead of 4.1. The process keeps its
 /// peak footprint instead, as XLA's buffer allocator does.

@@ -5,6 +5,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use plotters::prelude::*;
 
+pub mod board;
 pub mod quality;
 pub mod readme;
 

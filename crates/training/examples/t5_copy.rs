@@ -11,6 +11,9 @@ use burn::tensor::Distribution;
 use model::t5::T5Config;
 use training::optimizer::OptimizerConfig;
 
+#[global_allocator]
+static ALLOCATOR: model::runtime::Allocator = model::runtime::Allocator;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let opt = args.first().map_or("adafactor", |s| s.as_str());

@@ -1,11 +1,11 @@
 //! `just claims`: writes `results/claims.md`, the FLASH and GQA papers' claims with the numbers and verdicts
-//! computed from the committed results (`experiments/src/claims.rs`), and fills the copy in the
-//! top README's generated block.
+//! computed from the committed results (`experiments/src/claims.rs`), draws `results/claims.png` and
+//! fills the top README's generated blocks (the claims at a glance, each experiment's cpu cost).
 
 use clap::Parser;
 
 /// Writes <results>/claims.md: the papers' claims (FLASH F1-F10, GQA G1) with our numbers and verdicts,
-/// computed from the committed CSVs (and the copy in the README beside <results>).
+/// computed from the committed CSVs, with results/claims.png and the README's glance and cost blocks.
 #[derive(Parser)]
 #[command(name = "claims", disable_version_flag = true)]
 struct Args {

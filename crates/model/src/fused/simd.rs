@@ -104,9 +104,9 @@ impl SimdLevel {
     /// loops as `for` loops, not `for_each` / `fold` over iterator adaptors: LLVM inlines bottom up,
     /// so a closure that has absorbed its callees is too large to be inlined into pulp's
     /// feature-enabled function, and an out-of-line `fold` is a function of its own; either is then
-    /// compiled for the baseline target (SSE2) whatever the level. `perf annotate` of a step showed
-    /// every row loop of these kernels on `xmm` registers under the `avx2` level until 2026-12-05;
-    /// the `simd_levels` example measures the levels against each other.
+    /// compiled for the baseline target (SSE2) whatever the level. written otherwise, `perf annotate` of a
+    /// step shows every row loop of these kernels on `xmm` registers under the `avx2` level; the
+    /// `simd_levels` example measures the levels against each other.
     ///
     /// Panics if the CPU lacks the level (callers pass [`SimdLevel::selected`] or a level from
     /// [`SimdLevel::supported_levels`]).
