@@ -17,9 +17,9 @@ every step and fault them in again (PyTorch's FLASH at 512: 3.9 M page faults, 3
 against 43 s of user time over 5 steps; JAX's dense Transformer++ at 8192: 323 s of system time),
 and what a page fault costs on these virtual machines varies several-fold over a day. PyTorch's CPU
 performance guide recommends preloading tcmalloc or jemalloc; with tcmalloc both anchors ran 1.3-3.6x
-faster in the probe of 2026-12-05 (`raw/allocator_probe_2026-12-05d.txt`). So the anchors run with
+faster in the probe (`raw/allocator_probe_2026-12-05d.txt`). So the anchors run with
 `LD_PRELOAD` set to tcmalloc by default (`apt-get install libtcmalloc-minimal4`): the stronger
-anchors, the comparison least favourable to ours. Ours links mimalloc (`crates/model`), which keeps
+anchors, the comparison least favourable to ours. Ours links mimalloc (the experiments binaries), which keeps
 its memory between steps.
 
 Writes, under experiments/anchors/raw/: ours_DATE.csv (every `latency.csv` row of every round, with
@@ -27,21 +27,24 @@ a `round` column; ours_DATE_env.json and ours_DATE_config.json: the provenance o
 run), flash_jax_DATE.csv, tfmpp_blockwise_jax_DATE.csv, torch_anchor_DATE.csv (the
 anchors' rows, with `round`) and session_DATE.log (start and end of every run); and
 results/table11/latency.csv (each row: ours' fastest round, copied verbatim), env.json and
-config.json. Then run `python3 experiments/anchors/session_csv.py DATE`, point `latency.rs`'s
-SESSION_ANCHORS at the new files and run `table11 --profile cpu --report`.
+config.json. Then run `python3 experiments/anchors/session_csv.py DATE`, point
+`experiments/anchors/manifest.toml`'s `same_session` entries at the new files and run
+`table11 --profile cpu --report`.
 """
 import argparse, csv, io, json, os, shutil, subprocess, sys, tempfile, time
 
 from session_csv import fastest_rows  # the same rule for ours as for the anchors
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
 RAW = os.path.join(ROOT, "experiments", "anchors", "raw")
 OUT = os.path.join(ROOT, "results", "table11")
 TABLE11 = os.path.join(ROOT, "target", "release", "table11")
-VENV_JAX = os.path.join(ROOT, "..", "venv-jax", "bin", "python")
-VENV_TORCH = os.path.join(ROOT, "..", "venv-torch", "bin", "python")
-JAX_ANCHOR = os.path.join(ROOT, "..", "shared", "anchors", "flash_jax.py")
-TORCH_ANCHOR = os.path.join(ROOT, "..", "shared", "anchors", "torch_anchor.py")
+# The anchors' virtual environments (runs/ is not committed); VENV_JAX / VENV_TORCH name others.
+VENV_JAX = os.environ.get("VENV_JAX", os.path.join(ROOT, "runs", "venv-jax", "bin", "python"))
+VENV_TORCH = os.environ.get("VENV_TORCH", os.path.join(ROOT, "runs", "venv-torch", "bin", "python"))
+JAX_ANCHOR = os.path.join(HERE, "flash_jax.py")
+TORCH_ANCHOR = os.path.join(HERE, "torch_anchor.py")
 BLOCKWISE = os.path.join(ROOT, "experiments", "anchors", "tfmpp_blockwise_jax.py")
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 MODELS = ["flash", "flash_quad", "transformer_plusplus"]
@@ -195,10 +198,10 @@ def main():
     if allocator and not os.path.exists(allocator):
         fail(f"allocator {allocator} not found: `apt-get install libtcmalloc-minimal4`, or pass --allocator none")
     for path, fix in [(TABLE11, "cargo build --release -p experiments"),
-                      (VENV_JAX, "python3 -m venv ../venv-jax && ../venv-jax/bin/pip install jax==0.10.2 jaxlib==0.10.2"),
-                      (VENV_TORCH, "python3 -m venv ../venv-torch && ../venv-torch/bin/pip install torch==2.9.0 "
+                      (VENV_JAX, "python3 -m venv runs/venv-jax && runs/venv-jax/bin/pip install jax==0.10.2 jaxlib==0.10.2"),
+                      (VENV_TORCH, "python3 -m venv runs/venv-torch && runs/venv-torch/bin/pip install torch==2.9.0 "
                                    "flash-pytorch==0.1.9 x-transformers"),
-                      (JAX_ANCHOR, "the workspace's ../shared checkout"), (TORCH_ANCHOR, "the workspace's ../shared checkout")]:
+                      (JAX_ANCHOR, "experiments/anchors/flash_jax.py"), (TORCH_ANCHOR, "experiments/anchors/torch_anchor.py")]:
         if not os.path.exists(path):
             fail(f"{path} not found: {fix}")
     if a.rounds < 1:

@@ -1,6 +1,6 @@
 """The JAX anchor's Transformer++ with its causal attention computed in blocks of query rows.
 
-`shared/anchors/flash_jax.py` computes softmax attention as one [B, H, T, T] einsum, which XLA on a
+`experiments/anchors/flash_jax.py` computes softmax attention as one [B, H, T, T] einsum, which XLA on a
 CPU materialises (1 GiB of scores per layer at 8192 tokens) and evaluates in full, masked half
 included. Our fused kernel (crates/model/src/fused.rs) works through blocks of query rows, stops
 each block at the diagonal, and recomputes the block's scores in the backward pass. This script
@@ -9,12 +9,12 @@ times the anchor's exact model, loss and Adam step with the attention evaluated 
 that Transformer++'s ratio to JAX at long contexts compares like with like. Everything else is
 imported from the anchor unchanged.
 
-usage: python3 experiments/anchors/tfmpp_blockwise_jax.py [--anchor ../shared/anchors/flash_jax.py]
+usage: python3 experiments/anchors/tfmpp_blockwise_jax.py [--anchor experiments/anchors/flash_jax.py]
            [--contexts 2048,4096,8192] [--block 512] [--steps 3] [--check]
 `--check` also runs the anchor's own Transformer++ and prints both losses (they must agree).
 Prints CSV rows like the anchor's: model,context,batch,median_s_per_step,tokens_per_s,loss.
 """
-import argparse, functools, importlib.util, math, statistics, time
+import argparse, functools, importlib.util, math, os, statistics, time
 import jax, jax.numpy as jnp
 
 
@@ -79,7 +79,7 @@ def time_steps(anchor, a, t):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--anchor", default="../shared/anchors/flash_jax.py")
+    ap.add_argument("--anchor", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_jax.py"))
     ap.add_argument("--contexts", default="2048,4096,8192")
     ap.add_argument("--block", type=int, default=512)
     ap.add_argument("--check", action="store_true")

@@ -80,40 +80,84 @@ fn builtin(profile: Profile) -> &'static str {
     }
 }
 
-/// The project's reference JAX step times (`shared/notes/performance.md`).
-const ANCHOR: &str = include_str!("../anchors/flash_jax_cpu.csv");
+/// Where the anchors are listed: `experiments/anchors/manifest.toml`, read from the repository
+/// root at run time, so that a new timing session edits the manifest, not the code.
+const ANCHOR_MANIFEST: &str = "experiments/anchors/manifest.toml";
 
-/// The anchors re-timed on this machine in the same session as the committed `latency.csv`
-/// (`anchors/README.md`; from 2026-12-05d `anchors/session.py` interleaves ours and both anchors
-/// context by context over two rounds and keeps each side's fastest round, the anchors running with
-/// tcmalloc preloaded), with the ratio of ours to theirs that issue 19 targets on every row: the
-/// JAX/XLA script (its `transformer_plusplus` the faster of the anchor's own Transformer++ and the
-/// same model with blockwise attention, `anchors/tfmpp_blockwise_jax.py`) and PyTorch eager running
-/// the public implementations (`shared/anchors/torch_anchor.py`: flash-pytorch 0.1.9 for FLASH and
-/// FLASH-Quad, x-transformers for Transformer++).
-const SESSION_ANCHORS: [SessionAnchor; 2] = [
-    SessionAnchor {
-        name: "JAX",
-        file: "experiments/anchors/flash_jax_cpu_2026-12-05g.csv",
-        csv: include_str!("../anchors/flash_jax_cpu_2026-12-05g.csv"),
-        target: 0.7,
-    },
-    SessionAnchor {
-        name: "PyTorch",
-        file: "experiments/anchors/torch_cpu_2026-12-05g.csv",
-        csv: include_str!("../anchors/torch_cpu_2026-12-05g.csv"),
-        target: 0.8,
-    },
-];
+/// The anchors' manifest (`experiments/anchors/manifest.toml`).
+#[derive(Deserialize)]
+struct AnchorManifest {
+    /// The recorded JAX step times the first parity check reads.
+    reference: AnchorEntry,
+    /// The anchors timed interleaved with the committed `latency.csv`.
+    same_session: Vec<AnchorEntry>,
+}
 
-/// An anchor timed in the same session as our rows.
+/// One anchor of the manifest.
+#[derive(Deserialize)]
+struct AnchorEntry {
+    /// The framework, as the tables name it.
+    name: String,
+    /// Its CSV (`model,context,median_s_per_step`), relative to the repository root.
+    file: String,
+    /// The largest ours / anchor ratio the project aims for on every row (same-session anchors).
+    #[serde(default)]
+    target: Option<f64>,
+}
+
+/// The anchors of the manifest under the repository root `root`: the reference's times and the
+/// same-session anchors.
+fn read_anchors(root: &Path) -> Result<(AnchorTimes, Vec<SessionAnchor>)> {
+    let manifest = root.join(ANCHOR_MANIFEST);
+    let text = std::fs::read_to_string(&manifest).with_context(|| {
+        format!(
+            "cannot read {}: run from the repository root",
+            manifest.display()
+        )
+    })?;
+    let m: AnchorManifest = toml::from_str(&text)
+        .with_context(|| format!("bad anchor manifest {}", manifest.display()))?;
+    let read = |file: &str| {
+        std::fs::read_to_string(root.join(file))
+            .with_context(|| format!("anchor {file} (listed in {})", manifest.display()))
+            .and_then(|csv| read_anchor(&csv))
+    };
+    let reference = read(&m.reference.file)?;
+    let session = m
+        .same_session
+        .into_iter()
+        .map(|a| {
+            let target = a.target.with_context(|| {
+                format!(
+                    "anchor `{}` in {}: give its `target`",
+                    a.name,
+                    manifest.display()
+                )
+            })?;
+            Ok(SessionAnchor {
+                times: read(&a.file)?,
+                name: a.name,
+                file: a.file,
+                target,
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok((reference, session))
+}
+
+/// An anchor timed in the same session as our rows: the JAX/XLA script (its
+/// `transformer_plusplus` the faster of the anchor's own Transformer++ and the same model with
+/// blockwise attention, `anchors/tfmpp_blockwise_jax.py`) or PyTorch eager running the public
+/// implementations (`anchors/torch_anchor.py`: flash-pytorch 0.1.9 for FLASH and FLASH-Quad,
+/// x-transformers for Transformer++), with the ratio of ours to theirs the project aims for.
 struct SessionAnchor {
     /// The framework, as the tables name it.
-    name: &'static str,
-    /// Its CSV (`model,context,median_s_per_step`), relative to the repository root.
-    file: &'static str,
-    csv: &'static str,
-    /// The largest ours / anchor ratio the project aims for on every row (issue 19).
+    name: String,
+    /// Its CSV, relative to the repository root.
+    file: String,
+    /// Its step times.
+    times: AnchorTimes,
+    /// The largest ours / anchor ratio the project aims for on every row.
     target: f64,
 }
 
@@ -374,10 +418,10 @@ pub fn render(out: &Path) -> Result<()> {
 
 /// Markdown: our seconds per step beside the JAX anchor's, row by row, and the growth 512 → 8192.
 fn comparison(rows: &[LatencyRow]) -> Result<String> {
-    let anchor = read_anchor(ANCHOR)?;
+    let (anchor, session) = read_anchors(Path::new("."))?;
     let mut md = String::from(
         "# Table 11 on this machine: burn vs the JAX anchor\n\n\
-         Seconds per causal-LM training step (median), same configuration as `shared/anchors/flash_jax.py`.\n\
+         Seconds per causal-LM training step (median), same configuration as `experiments/anchors/flash_jax.py`.\n\
          Generated by `table11` from `latency.csv` and `experiments/anchors/flash_jax_cpu.csv`.\n\n\
          | model | context | batch | ours (s) | JAX anchor (s) | ours / anchor | tokens/s | model GFLOP/s |\n|---|---|---|---|---|---|---|---|\n",
     );
@@ -399,10 +443,10 @@ fn comparison(rows: &[LatencyRow]) -> Result<String> {
         &anchor,
         "the recorded anchor (`experiments/anchors/flash_jax_cpu.csv`)",
     );
-    md += &session_comparison(rows, &SESSION_ANCHORS)?;
-    for a in &SESSION_ANCHORS {
+    md += &session_comparison(rows, &session);
+    for a in &session {
         let what = format!("{} re-timed in this session (`{}`)", a.name, a.file);
-        md += &parity(rows, &read_anchor(a.csv)?, &what);
+        md += &parity(rows, &a.times, &what);
     }
     md += &format!(
         "\n## Growth from the shortest to the longest context (FLASH flat: at most {FLAT_BOUND}×)\n\n\
@@ -437,16 +481,12 @@ fn comparison(rows: &[LatencyRow]) -> Result<String> {
 
 /// Markdown: each row beside every same-session anchor, with the ratio and whether it meets the
 /// anchor's target, and a count of the rows that meet all targets.
-fn session_comparison(rows: &[LatencyRow], anchors: &[SessionAnchor]) -> Result<String> {
-    let anchors: Vec<(&SessionAnchor, AnchorTimes)> = anchors
-        .iter()
-        .map(|a| Ok((a, read_anchor(a.csv)?)))
-        .collect::<Result<_>>()?;
+fn session_comparison(rows: &[LatencyRow], anchors: &[SessionAnchor]) -> String {
     let mut md = String::from(
         "\n## Against the anchors re-timed in this session\n\n| model | context | ours (s) |",
     );
     let mut rule = String::from("|---|---|---|");
-    for (a, _) in &anchors {
+    for a in anchors {
         md += &format!(" {0} (s) | ours / {0} | ≤ {1}? |", a.name, a.target);
         rule += "---|---|---|";
     }
@@ -459,8 +499,8 @@ fn session_comparison(rows: &[LatencyRow], anchors: &[SessionAnchor]) -> Result<
         );
         let mut all = true;
         let mut any = false;
-        for (a, times) in &anchors {
-            match anchor_seconds(times, &r.model, r.context) {
+        for a in anchors {
+            match anchor_seconds(&a.times, &r.model, r.context) {
                 Some(t) => {
                     let ratio = r.median_s_per_step / t;
                     let ok = ratio <= a.target;
@@ -483,15 +523,12 @@ fn session_comparison(rows: &[LatencyRow], anchors: &[SessionAnchor]) -> Result<
             met += usize::from(all);
         }
     }
-    let files: Vec<String> = anchors
-        .iter()
-        .map(|(a, _)| format!("`{}`", a.file))
-        .collect();
+    let files: Vec<String> = anchors.iter().map(|a| format!("`{}`", a.file)).collect();
     md += &format!(
         "\n{met} of {compared} rows meet every target (anchors: {}).\n",
         files.join(", ")
     );
-    Ok(md)
+    md
 }
 
 /// The project's parity requirement: at each context, no architecture's ours/anchor ratio may
@@ -578,19 +615,40 @@ mod tests {
         }
     }
 
+    /// The committed manifest names files that exist and parse, each same-session anchor with a
+    /// target.
+    #[test]
+    fn the_committed_anchor_manifest_resolves() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let (reference, session) = read_anchors(&root).unwrap();
+        assert!(reference.iter().any(|(m, c, _)| m == "flash" && *c == 512));
+        assert_eq!(
+            session.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(),
+            ["JAX", "PyTorch"]
+        );
+        assert!(
+            session
+                .iter()
+                .all(|a| !a.times.is_empty() && a.target > 0.0)
+        );
+    }
+
     #[test]
     fn session_comparison_states_each_ratio_against_its_target_and_counts_the_rows() {
         let anchors = [
             SessionAnchor {
-                name: "JAX",
-                file: "jax.csv",
-                csv: "model,context,median_s_per_step\nflash,512,5.0\nflash,1024,4.0\n",
+                name: "JAX".into(),
+                file: "jax.csv".into(),
+                times: read_anchor(
+                    "model,context,median_s_per_step\nflash,512,5.0\nflash,1024,4.0\n",
+                )
+                .unwrap(),
                 target: 0.7,
             },
             SessionAnchor {
-                name: "PyTorch",
-                file: "torch.csv",
-                csv: "model,context,median_s_per_step\nflash,512,4.0\n",
+                name: "PyTorch".into(),
+                file: "torch.csv".into(),
+                times: read_anchor("model,context,median_s_per_step\nflash,512,4.0\n").unwrap(),
                 target: 0.8,
             },
         ];
@@ -602,7 +660,7 @@ mod tests {
             row("flash", 1024, 3.0),
             row("performer", 512, 1.0),
         ];
-        let md = session_comparison(&rows, &anchors).unwrap();
+        let md = session_comparison(&rows, &anchors);
         assert!(
             md.contains("| flash | 512 | 3.000 | 5.00 | 0.60× | yes | 4.00 | 0.75× | yes |"),
             "{md}"

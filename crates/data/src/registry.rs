@@ -1,7 +1,7 @@
 //! The datasets both papers use, and the offline corpus. Each entry says where the files live on the
 //! Hugging Face hub, how a split's files are found in a listing of the repo (never hard-coded shard
 //! names: counts and hashed names change), which columns are read and how an example is built.
-//! Sources: `shared/notes/datasets.md` and each repo's dataset card.
+//! Sources: each repo's dataset card and file listing on the hub.
 
 use std::fmt;
 use std::str::FromStr;

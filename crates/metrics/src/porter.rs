@@ -310,7 +310,7 @@ fn step5b(w: Word) -> Word {
 mod tests {
     use super::stem;
 
-    /// Examples from the metrics note (checked against NLTK 3.9 `PorterStemmer().stem`) and from
+    /// Examples checked against NLTK 3.9 (`PorterStemmer().stem`) and from
     /// the docstrings of `nltk/stem/porter.py`.
     #[test]
     fn nltk_examples() {

@@ -302,9 +302,9 @@ mod tests {
         (a - b).abs() < 5e-7
     }
 
-    /// The known values of `../shared/notes/metrics.md` (rouge-score 0.1.2, no T5 preparation).
+    /// Scores computed by rouge-score 0.1.2 (no T5 preparation).
     #[test]
-    fn known_values_of_the_metrics_note() {
+    fn known_values_of_the_reference_package() {
         let plain = RougeOptions {
             stem: false,
             prep: SummaryPrep::None,

@@ -114,7 +114,7 @@ pub fn corpus<'a>(
 mod tests {
     use super::*;
 
-    /// The known values of `../shared/notes/metrics.md`.
+    /// Normalisations computed by the official TriviaQA evaluation script.
     #[test]
     fn normalization_known_values() {
         assert_eq!(normalize("The Beatles!"), "beatles");

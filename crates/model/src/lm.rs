@@ -300,7 +300,7 @@ impl ModelConfig {
             .with_context(8192)
     }
 
-    /// The latency benchmark's shapes (`shared/notes/performance.md`, the JAX anchor): d = 256,
+    /// The latency benchmark's shapes (the JAX anchor's, `experiments/anchors/flash_jax.py`): d = 256,
     /// 4 blocks (8 GAU layers), 4 heads, vocabulary 8192, s = 128, e = 2d, chunk 256.
     pub fn latency_bench(arch: Architecture, context: usize) -> Self {
         Self::new(arch)

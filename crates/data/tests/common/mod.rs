@@ -1,5 +1,5 @@
 //! Fixture files in each dataset's hub layout and schema (paths, column names and nested types as in
-//! `shared/notes/datasets.md`), and a runner for the `datasets` binary.
+//! the datasets' hub repos), and a runner for the `datasets` binary.
 #![allow(dead_code)]
 
 use std::io::Write;

@@ -55,7 +55,7 @@ PAIRS = [
      "IBM and ATT merged in 1999 Q4 per US filings"),
 ]
 
-# Corpora for BLEU: the metrics note's example, multi-reference segments, length ties, no
+# Corpora for BLEU: a small example, multi-reference segments, length ties, no
 # 4-gram matches (exp smoothing), an empty hypothesis, HTML entities and dashes for 13a, Unicode
 # punctuation and symbols for intl.
 BLEU_CORPORA = [

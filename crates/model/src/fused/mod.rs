@@ -3,7 +3,7 @@
 //! A plain burn graph materialises every intermediate of attention and of the loss: the [N, T, S]
 //! scores, their scaled, biased, masked and normalised copies, and one autodiff record per step,
 //! each a full pass over memory. XLA fuses those chains; to compare architectures fairly against the
-//! JAX anchor (`shared/notes/performance.md`) every architecture gets the same treatment here, one file per kernel with its backward pass:
+//! JAX anchor (`experiments/anchors/`) every architecture gets the same treatment here, one file per kernel with its backward pass:
 //!
 //! - [`attention`]: `score(Q Kᵀ · scale + bias) V` for score ∈ {softmax, relu²}, optionally causal,
 //!   computed in blocks of query rows (the block's scores live in one reused buffer, as in

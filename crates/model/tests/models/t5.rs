@@ -13,7 +13,7 @@ use model::t5::{
 
 use crate::common::{assert_close, device, randn, token_tensor, tokens, values};
 
-/// First distance of each logarithmic bucket, from `../shared/notes/gqa-t5.md` (T5's
+/// First distance of each logarithmic bucket, as Hugging Face's `modeling_t5.py` computes it (T5's
 /// `_relative_position_bucket` with 32 buckets, max distance 128).
 #[test]
 fn relative_position_buckets_match_the_reference_vectors() {

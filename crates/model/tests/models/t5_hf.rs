@@ -9,7 +9,7 @@ use model::t5_hf;
 use crate::common::{device, token_tensor, tokens, values};
 
 /// The tensor names and shapes a Hugging Face T5.1.1 file of this config holds
-/// (`../shared/notes/gqa-t5.md`), Linear weights as [out, in].
+/// (Hugging Face's `modeling_t5.py` names), Linear weights as [out, in].
 fn hugging_face_layout(c: &T5Config) -> BTreeMap<String, Vec<usize>> {
     let (d, inner, kv) = (c.d_model, c.n_heads * c.d_kv, c.n_kv_heads * c.d_kv);
     let mut m = BTreeMap::new();
