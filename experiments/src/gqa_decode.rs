@@ -17,6 +17,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use burn::prelude::*;
 use model::t5::{Stop, T5Config, T5Model};
+use report::timing::StackedBars;
 use report::{LineChart, Scale, Series};
 use serde::{Deserialize, Serialize};
 use training::write_atomic;
@@ -464,20 +465,25 @@ pub fn render(out: &Path) -> Result<()> {
         rows.iter().map(|r| (r.groups as f64, f(r))).collect()
     };
     let x_label = "K/V groups G (1 = MQA, H = MHA)".to_string();
-    LineChart {
-        title: format!("Decoding time per sample vs K/V groups — {device}"),
+    // From zero, the parts stacked: the encoder's share is what G cannot change.
+    let encoder: Vec<f64> = rows.iter().map(|r| r.encoder_s_per_sample).collect();
+    let cross: Vec<f64> = rows.iter().map(|r| r.cross_kv_s_per_sample).collect();
+    let decoding: Vec<f64> = rows
+        .iter()
+        .map(|r| r.s_per_sample - r.encoder_s_per_sample - r.cross_kv_s_per_sample)
+        .collect();
+    StackedBars {
+        title: format!("Time per sample vs K/V groups — {device}"),
         x_label: x_label.clone(),
         y_label: "seconds per sample (median)".into(),
-        x_scale: Scale::Log2,
-        y_scale: Scale::Linear,
+        categories: rows.iter().map(|r| r.groups.to_string()).collect(),
+        parts: vec![
+            ("encoder".into(), encoder),
+            ("cross-attention K/V projection".into(), cross),
+            ("decoding steps".into(), decoding),
+        ],
     }
-    .save(
-        &out.join("decode_time"),
-        &[Series {
-            name: "time per sample".into(),
-            points: points(&|r| r.s_per_sample),
-        }],
-    )?;
+    .save(&out.join("decode_time"))?;
     LineChart {
         title: format!("Speedup over MHA (G = {}) — {device}", mha.groups),
         x_label,

@@ -2,7 +2,7 @@
 //! training step (forward + backward + Adam) of each architecture at a fixed number of tokens per
 //! batch, over context lengths.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use burn::module::Module;
@@ -10,7 +10,7 @@ use burn::optim::AdamConfig;
 use burn::optim::ModuleOptimizer;
 use burn::prelude::*;
 use model::{Architecture, Direction, LanguageModel, ModelConfig};
-use report::{LineChart, Scale, Series};
+use report::timing::{Timed, TimedSeries, TimingChart};
 use serde::{Deserialize, Serialize};
 use training::write_atomic;
 
@@ -83,6 +83,16 @@ fn builtin(profile: Profile) -> &'static str {
 /// Where the anchors are listed: `experiments/anchors/manifest.toml`, read from the repository
 /// root at run time, so that a new timing session edits the manifest, not the code.
 const ANCHOR_MANIFEST: &str = "experiments/anchors/manifest.toml";
+
+/// The repository root the anchors are read from: the working directory when it is the root (as
+/// under `just`), else the checkout this binary was built in (tests run in the crate's directory).
+fn anchors_root() -> PathBuf {
+    if Path::new(ANCHOR_MANIFEST).exists() {
+        PathBuf::from(".")
+    } else {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    }
+}
 
 /// The anchors' manifest (`experiments/anchors/manifest.toml`).
 #[derive(Deserialize)]
@@ -394,23 +404,27 @@ pub fn render(out: &Path) -> Result<()> {
         .deserialize()
         .collect::<Result<_, _>>()
         .with_context(|| format!("malformed {}", out.join("latency.csv").display()))?;
-    let mut series: Vec<Series> = Vec::new();
+    let mut series: Vec<TimedSeries> = Vec::new();
     for row in &rows {
-        match series.iter_mut().find(|s| s.name == row.model) {
-            Some(s) => s.points.push((row.context as f64, row.median_s_per_step)),
-            None => series.push(Series {
-                name: row.model.clone(),
-                points: vec![(row.context as f64, row.median_s_per_step)],
+        let point = Timed {
+            x: row.context as f64,
+            median: row.median_s_per_step,
+            min: row.min_s_per_step,
+            max: row.max_s_per_step,
+        };
+        match series.iter_mut().find(|s| s.model == row.model) {
+            Some(s) => s.points.push(point),
+            None => series.push(TimedSeries {
+                model: row.model.clone(),
+                points: vec![point],
             }),
         }
     }
     let device = rows.first().map(|r| r.device.clone()).unwrap_or_default();
-    LineChart {
+    TimingChart {
         title: format!("Training step latency vs context — {device}"),
         x_label: "context length (tokens)".into(),
-        y_label: "seconds per step (median)".into(),
-        x_scale: Scale::Log2,
-        y_scale: Scale::Log2,
+        y_label: "seconds per step (median; bar: fastest to slowest step)".into(),
     }
     .save(&out.join("latency"), &series)?;
     write_atomic(&out.join("comparison.md"), comparison(&rows)?.as_bytes())
@@ -418,7 +432,7 @@ pub fn render(out: &Path) -> Result<()> {
 
 /// Markdown: our seconds per step beside the JAX anchor's, row by row, and the growth 512 → 8192.
 fn comparison(rows: &[LatencyRow]) -> Result<String> {
-    let (anchor, session) = read_anchors(Path::new("."))?;
+    let (anchor, session) = read_anchors(&anchors_root())?;
     let mut md = String::from(
         "# Table 11 on this machine: burn vs the JAX anchor\n\n\
          Seconds per causal-LM training step (median), same configuration as `experiments/anchors/flash_jax.py`.\n\

@@ -22,7 +22,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    fn colour(self) -> RGBColor {
+    /// Its colour on every chart (green, amber, red, grey).
+    pub fn colour(self) -> RGBColor {
         match self {
             Outcome::Reproduced => RGBColor(44, 160, 44),
             Outcome::Inconclusive => RGBColor(240, 170, 40),

@@ -6,8 +6,10 @@ use anyhow::{Context, Result};
 use plotters::prelude::*;
 
 pub mod board;
+pub mod dots;
 pub mod quality;
 pub mod readme;
+pub mod timing;
 
 /// DejaVu Sans, bundled so charts render the same on a machine without fonts (licence beside it).
 const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
