@@ -123,7 +123,7 @@ fn runs_clock(csv: &Path) -> Option<(usize, f64)> {
 }
 
 /// The device named in `results/<id>/env.json`.
-fn device(dir: &Path) -> Option<String> {
+pub(crate) fn device(dir: &Path) -> Option<String> {
     let text = std::fs::read(dir.join("env.json")).ok()?;
     let env: serde_json::Value = serde_json::from_slice(&text).ok()?;
     env["device"].as_str().map(str::to_string)

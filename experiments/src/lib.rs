@@ -8,6 +8,7 @@
 #[global_allocator]
 static ALLOCATOR: model::runtime::Allocator = model::runtime::Allocator;
 
+pub mod ablation;
 pub mod claims;
 pub mod configs;
 pub mod dry_run;

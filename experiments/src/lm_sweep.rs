@@ -1655,6 +1655,7 @@ fn seed_curve(
     model: &str,
     context: usize,
     timed_seconds: Option<f64>,
+    label: String,
 ) -> Option<SeedCurve> {
     let runs = crate::verdict::runs(rows, model, context);
     let evals = runs.iter().map(|r| r.rows.len()).min()?;
@@ -1679,6 +1680,7 @@ fn seed_curve(
         .collect();
     Some(SeedCurve {
         model: model.to_string(),
+        label,
         points,
     })
 }
@@ -1809,7 +1811,10 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
         SweepTable::ChunkingLoss => {
             body += &chunking_table(&rows, &all, Pairing::of(config.train_order))
         }
-        SweepTable::Ablation => body += &ablation_table(&rows, &config),
+        SweepTable::Ablation => {
+            body += &crate::ablation::table(&rows, &config);
+            crate::ablation::charts(out, &rows, &config)?;
+        }
         SweepTable::Scaling => {
             body += &crate::scaling::section(&rows, &config)?;
             crate::scaling::charts(out, &rows, &config)?;
@@ -1834,7 +1839,7 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
                     .iter()
                     .find(|s| &s.model == m && s.context == c)
                     .and_then(|s| s.timed_seconds);
-                seed_curve(&rows, m, c, timed)
+                seed_curve(&rows, m, c, timed, crate::ablation::label(&config, m))
             })
             .collect();
         let Some(base) = all.iter().find(|s| &s.model == baseline && s.context == c) else {
@@ -1852,7 +1857,10 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
             ),
             baseline: (baseline.clone(), base.final_ppl.mean),
             hours_label: match cost {
-                StepCost::Timed(_) => "device-hours (steps × calibrated step time)".into(),
+                StepCost::Timed(_) => format!(
+                    "device-hours on {} (steps × calibrated step time)",
+                    crate::front_page::device(out).unwrap_or_else(|| "this device".into())
+                ),
                 StepCost::RunHours => "device-hours (the runs' training time)".into(),
             },
         }
@@ -1896,76 +1904,6 @@ fn robust_to_rate(
         Some((v, speedup)) => format!("no (at {}: {v}, {}×)", choice.second, speedup.show(2)),
         None => "—".into(),
     }
-}
-
-/// The model-config fields a model of the sweep changes from its architecture's preset (the
-/// variant's `set`), as `field = value` text; the architecture's name for a plain model whose name
-/// differs from the baseline's architecture.
-fn what_changes(config: &LmSweepConfig, model: &str) -> String {
-    match config.variants.iter().find(|v| v.name == model) {
-        Some(v) if v.set.is_empty() => format!("`{}`", v.model),
-        Some(v) => {
-            let fields: Vec<String> = v.set.iter().map(|(k, x)| format!("{k} = {x}")).collect();
-            let base = if v.model == config.baseline {
-                String::new()
-            } else {
-                format!("`{}`, ", v.model)
-            };
-            format!("{base}{}", fields.join(", "))
-        }
-        None => format!("`{model}`"),
-    }
-}
-
-/// The layer-ablation section of `table.md` (FLASH Tables 1 and 2): per context, every model
-/// against the baseline (the default layer), and the verdict on F8.
-fn ablation_table(rows: &[SweepRow], config: &LmSweepConfig) -> String {
-    let baseline = &config.baseline;
-    let pairing = Pairing::of(config.train_order);
-    let contexts: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.context).collect();
-    let mut md = format!(
-        "\n## Layer ablations\n\n\
-         Each model changes one component of the default layer `{baseline}`. Final perplexity / {baseline}'s ({}). Per row:\n\
-         `change hurts` when the whole range is above 1, `ablation better` when it is below 1, else `inconclusive`. The\n\
-         claim (F8), \"every change hurts\": reproduced only when every row is `change hurts`, refuted when some row is\n\
-         `ablation better`, else inconclusive.\n\n\
-         | context | model | what changes | seeds | final ppl | / {baseline} | row |\n\
-         |---|---|---|---|---|---|---|\n",
-        pairing.describe()
-    );
-    for c in contexts {
-        let table = crate::verdict::ablation_rows(rows, baseline, c, pairing);
-        let base = crate::verdict::final_ppls(rows, baseline, c);
-        md += &format!(
-            "| {c} | **{baseline}** | (the default) | {} | {} | 1 | — |\n",
-            base.len(),
-            crate::verdict::Spread::of(&base).show(2)
-        );
-        for r in &table {
-            let ppl = crate::verdict::final_ppls(rows, &r.model, c);
-            md += &format!(
-                "| {c} | {} | {} | {} | {} | {}× | {} |\n",
-                r.model,
-                what_changes(config, &r.model),
-                r.seeds.0,
-                crate::verdict::Spread::of(&ppl).show(2),
-                r.ratio.show(3),
-                match r.verdict() {
-                    Verdict::Reproduced => "change hurts",
-                    Verdict::Refuted => "ablation better",
-                    Verdict::Inconclusive => "inconclusive",
-                }
-            );
-        }
-        if let Some(v) = crate::verdict::every_change_hurts(&table) {
-            let (worse, unsure, better) = crate::verdict::ablation_counts(&table);
-            md += &format!(
-                "\nContext {c}: F8 {v}: of {} ablations, {worse} clearly worse than the default, {unsure} inconclusive, {better} clearly better.\n\n",
-                table.len()
-            );
-        }
-    }
-    md
 }
 
 /// The chunking-loss section of `table.md` (FLASH Table 5), one row per context.

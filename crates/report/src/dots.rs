@@ -44,7 +44,7 @@ const LABELS: i32 = 300;
 impl DotPlot {
     /// Writes `<stem>.png` and `<stem>.svg`.
     pub fn save(&self, stem: &Path) -> Result<()> {
-        let height = 120 + 34 * self.rows.len().max(1) as u32;
+        let height = 150 + 34 * self.rows.len().max(1) as u32;
         save_figure(stem, (1000, height), self)
     }
 }
@@ -62,7 +62,8 @@ impl Figure for DotPlot {
         );
         root.fill(&WHITE).map_err(err)?;
         let root = root.titled(&self.title, ("sans-serif", 18)).map_err(err)?;
-        let (labels, plot) = root.split_horizontally(LABELS);
+        let (body, legend) = root.split_vertically(root.dim_in_pixel().1 as i32 - 30);
+        let (labels, plot) = body.split_horizontally(LABELS);
         let lo = self.rows.iter().map(|r| r.min).fold(1.0, f64::min);
         let hi = self.rows.iter().map(|r| r.max).fold(1.0, f64::max);
         let pad = ((hi - lo) * 0.08).max(0.01);
@@ -114,19 +115,19 @@ impl Figure for DotPlot {
                 .draw(&Text::new(r.label.clone(), (8, py - top - 8), font.clone()))
                 .map_err(err)?;
         }
-        // The legend, under the labels.
-        let mut y = labels.dim_in_pixel().1 as i32 - 70;
+        // The legend: one line under the plot.
+        let mut x = 8;
         for (outcome, name) in [Outcome::Reproduced, Outcome::Inconclusive, Outcome::Refuted]
             .into_iter()
             .zip(&self.outcome_names)
         {
-            labels
-                .draw(&Circle::new((16, y), 6, outcome.colour().filled()))
+            legend
+                .draw(&Circle::new((x + 8, 12), 6, outcome.colour().filled()))
                 .map_err(err)?;
-            labels
-                .draw(&Text::new(name.clone(), (30, y - 8), font.clone()))
+            legend
+                .draw(&Text::new(name.clone(), (x + 20, 4), font.clone()))
                 .map_err(err)?;
-            y += 20;
+            x += 40 + 8 * name.chars().count() as i32;
         }
         root.present().map_err(err)?;
         Ok(())

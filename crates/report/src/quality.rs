@@ -2,8 +2,9 @@
 //! against device-hours, and against training steps), linear axes, the perplexity axis clipped to
 //! the band where the curves meet the baseline (earlier points drawn on the top edge as open
 //! triangles: off the chart), a dashed line at the baseline's final perplexity, each model's seed
-//! mean as a line with its seed range as a band, one fixed colour and display name per model across
-//! every chart of the workspace, and the legend outside the data.
+//! mean as a line with its seed range as a band, and the legend outside the data. Each of the
+//! paper's models has one colour and name on every chart of the workspace; a chart's variants take
+//! a palette's colours in turn and are named by what they change.
 
 use std::path::Path;
 
@@ -19,6 +20,9 @@ use crate::{Figure, save_figure, tick_label};
 pub struct SeedCurve {
     /// The model's name in the results (`flash`, `transformer_plusplus`, a variant's name).
     pub model: String,
+    /// Its name on the chart: the paper's name of a model ([`display_name`]), or what a variant
+    /// changes (`FLASH-Quad (d_qk = 64)`).
+    pub label: String,
     /// Per evaluation: (mean device-hours, step, mean ppl, min ppl, max ppl).
     pub points: Vec<SeedPoint>,
 }
@@ -55,10 +59,9 @@ pub fn display_name(model: &str) -> &str {
     }
 }
 
-/// One colour per model, the same on every chart: the paper's models have their own; any other
-/// name (a variant) gets one of the spare colours by a hash of its name.
-pub fn model_color(model: &str) -> RGBColor {
-    match model {
+/// The colour of each of the paper's models, the same on every chart of the workspace.
+fn paper_colour(model: &str) -> Option<RGBColor> {
+    Some(match model {
         "transformer" => RGBColor(127, 127, 127),
         "transformer_plus" => RGBColor(148, 103, 189),
         "transformer_plusplus" => RGBColor(31, 119, 180),
@@ -69,20 +72,41 @@ pub fn model_color(model: &str) -> RGBColor {
         "flash" => RGBColor(214, 39, 40),
         "mc_tfmpp" => RGBColor(227, 119, 194),
         "flash_local_only" => RGBColor(255, 127, 14),
-        "flash_global_only" => RGBColor(255, 187, 120),
-        other => {
-            const SPARE: [RGBColor; 4] = [
-                RGBColor(0, 0, 0),
-                RGBColor(152, 223, 138),
-                RGBColor(255, 152, 150),
-                RGBColor(197, 176, 213),
-            ];
-            let h = other
-                .bytes()
-                .fold(0usize, |h, b| h.wrapping_mul(31) + b as usize);
-            SPARE[h % SPARE.len()]
-        }
-    }
+        "flash_global_only" => RGBColor(140, 60, 0),
+        _ => return None,
+    })
+}
+
+/// The colours a chart gives its variants, in order (none is a paper model's).
+const VARIANT_PALETTE: [RGBColor; 12] = [
+    RGBColor(0, 0, 0),
+    RGBColor(117, 112, 179),
+    RGBColor(231, 41, 138),
+    RGBColor(210, 180, 140),
+    RGBColor(230, 171, 2),
+    RGBColor(0, 0, 128),
+    RGBColor(128, 0, 0),
+    RGBColor(0, 128, 128),
+    RGBColor(166, 118, 29),
+    RGBColor(250, 128, 114),
+    RGBColor(102, 102, 102),
+    RGBColor(217, 95, 2),
+];
+
+/// A paper model's colour ([`chart_colours`] gives a chart's variants theirs); black for any other
+/// name.
+pub fn model_color(model: &str) -> RGBColor {
+    paper_colour(model).unwrap_or(BLACK)
+}
+
+/// The colours of one chart's lines, in order: each paper model its own, the variants the
+/// palette's colours in turn (no two lines of a chart share one while the palette lasts).
+pub fn chart_colours<'a>(models: impl IntoIterator<Item = &'a str>) -> Vec<RGBColor> {
+    let mut next = VARIANT_PALETTE.iter().cycle();
+    models
+        .into_iter()
+        .map(|m| paper_colour(m).unwrap_or_else(|| *next.next().expect("a cycle never ends")))
+        .collect()
 }
 
 /// The perplexity band drawn: from just below the lowest seed value to the highest mean
@@ -122,6 +146,7 @@ impl QualityChart {
         &self,
         area: &DrawingArea<DB, Shift>,
         curves: &[SeedCurve],
+        colours: &[RGBColor],
         x_of: fn(&SeedPoint) -> f64,
         x_label: &str,
     ) -> Result<()>
@@ -152,8 +177,7 @@ impl QualityChart {
             .draw()
             .map_err(err)?;
         let clip = |y: f64| y.clamp(y0, y1);
-        for c in curves {
-            let color = model_color(&c.model);
+        for (c, &color) in curves.iter().zip(colours) {
             let band: Vec<(f64, f64)> = c
                 .points
                 .iter()
@@ -212,17 +236,24 @@ impl QualityChart {
         let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e:?}");
         root.fill(&WHITE).map_err(err)?;
         let root = root.titled(&self.title, ("sans-serif", 20)).map_err(err)?;
-        let plots_width = root.dim_in_pixel().0 as i32 - 210;
+        // The legend as wide as its longest name needs.
+        let longest = curves
+            .iter()
+            .map(|c| c.label.chars().count())
+            .max()
+            .unwrap_or(0) as i32;
+        let legend_width = (50 + 8 * longest).clamp(210, 420);
+        let plots_width = root.dim_in_pixel().0 as i32 - legend_width;
         let (plots, legend) = root.split_horizontally(plots_width);
         let (left, right) = plots.split_horizontally(plots_width / 2);
-        self.panel(&left, curves, |p| p.hours, &self.hours_label)?;
-        self.panel(&right, curves, |p| p.step, "training step")?;
+        let colours = chart_colours(curves.iter().map(|c| c.model.as_str()));
+        self.panel(&left, curves, &colours, |p| p.hours, &self.hours_label)?;
+        self.panel(&right, curves, &colours, |p| p.step, "training step")?;
         // The legend, outside the data: one entry per model, then the baseline line and the
         // off-chart marker.
         let font = ("sans-serif", 14).into_font();
         let mut y = 60;
-        for c in curves {
-            let color = model_color(&c.model);
+        for (c, &color) in curves.iter().zip(&colours) {
             legend
                 .draw(&Rectangle::new(
                     [(8, y - 6), (30, y + 6)],
@@ -236,11 +267,7 @@ impl QualityChart {
                 ))
                 .map_err(err)?;
             legend
-                .draw(&Text::new(
-                    display_name(&c.model).to_string(),
-                    (38, y - 8),
-                    font.clone(),
-                ))
+                .draw(&Text::new(c.label.clone(), (38, y - 8), font.clone()))
                 .map_err(err)?;
             y += 24;
         }
@@ -285,6 +312,7 @@ mod tests {
     fn curve(model: &str, means: &[f64]) -> SeedCurve {
         SeedCurve {
             model: model.into(),
+            label: display_name(model).into(),
             points: means
                 .iter()
                 .enumerate()
@@ -332,7 +360,14 @@ mod tests {
                 assert_ne!(model_color(a), model_color(b), "{a} and {b} share a colour");
             }
         }
-        assert_eq!(model_color("my_variant"), model_color("my_variant"));
+        // A chart's variants take the palette in turn, none a paper model's colour.
+        let colours = chart_colours(["flash_quad", "v1", "v2", "flash", "v3"]);
+        assert_eq!(colours[0], model_color("flash_quad"));
+        assert_eq!(colours[3], model_color("flash"));
+        for v in [colours[1], colours[2], colours[4]] {
+            assert!(models.iter().all(|m| model_color(m) != v), "{v:?}");
+        }
+        assert!(colours[1] != colours[2] && colours[2] != colours[4] && colours[1] != colours[4]);
     }
 
     #[test]
