@@ -209,7 +209,7 @@ fn dry_run(cli: &Cli, config: &DecodeConfig, device: &Device) -> Result<()> {
 
 pub fn run(cli: Cli) -> Result<()> {
     if cli.report_only {
-        return render(&cli.out);
+        return cli.rerender(render);
     }
     let config: DecodeConfig = cli.load_config(&builtin)?;
     if config.groups.is_empty() || config.repeats == 0 || config.batch == 0 {

@@ -949,7 +949,7 @@ fn dry_run_pipeline(
 
 pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result<()> {
     if cli.report_only {
-        return render(&cli.out);
+        return cli.rerender(render);
     }
     let config: PipelineConfig = cli.load_config(builtin)?;
     config.validate()?;

@@ -333,7 +333,7 @@ fn dry_run(
 pub fn run(cli: Cli) -> Result<()> {
     let csv_path = cli.out.join("latency.csv");
     if cli.report_only {
-        return render(&cli.out);
+        return cli.rerender(render);
     }
     let config: LatencyConfig = cli.load_config(&builtin)?;
     let archs: Vec<Architecture> = config

@@ -259,6 +259,17 @@ impl Cli {
         Self::try_parse(id, args).map_err(|e| anyhow::anyhow!("{}", e.render()))
     }
 
+    /// `--report`: re-renders the output directory's charts and tables with `render` and says so
+    /// (nothing is trained or timed).
+    pub fn rerender(&self, render: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+        render(&self.out)?;
+        eprintln!(
+            "re-rendered {} from its CSVs (nothing trained or timed)",
+            self.out.display()
+        );
+        Ok(())
+    }
+
     /// Loads the experiment config: `--config FILE` or the profile's built-in file, its `extends`
     /// chain resolved ([`configs::resolve`]), then the `--set` overrides. Unknown keys and wrong types
     /// are errors naming the key.

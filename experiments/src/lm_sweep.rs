@@ -275,7 +275,7 @@ fn paper_table(id: &str) -> String {
 pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result<()> {
     let table = paper_table(cli.id);
     if cli.report_only {
-        return render(&cli.out, &table, None);
+        return cli.rerender(|out| render(out, &table, None));
     }
     let config: LmSweepConfig = cli.load_config(builtin)?;
     // Said once, by the command typed (its `--jobs` workers run with the same arguments).

@@ -291,7 +291,7 @@ fn dry_run_finetune(
 
 pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
     if cli.report_only {
-        return render(&cli.out);
+        return cli.rerender(render);
     }
     let config: Table4Config = cli.load_config(builtin)?;
     if !config.models.contains(&config.baseline) || !config.models.contains(&config.claimed) {
