@@ -956,26 +956,11 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     if let Some(mode) = cli.dry_run {
         return dry_run_pipeline(&cli, &config, mode);
     }
-    let options = SourceOptions {
-        data_dir: (!config.data_dir.is_empty()).then(|| config.data_dir.clone().into()),
-        ..SourceOptions::default()
-    };
+    let options = SourceOptions::with_data_dir(&config.data_dir);
     let corpus = registry::lookup(&config.corpus)?;
     let corpus_files = split_files(corpus, Split::Train, &options)?;
     let tokenizer: TokenizerSpec = config.tokenizer.parse()?;
-    let tok = tokenize::load(
-        &tokenizer,
-        corpus.name,
-        &options.local_root.join("tokenizers"),
-        || {
-            let docs = data::source::ExampleStream::open_at(
-                corpus,
-                corpus_files.clone(),
-                Default::default(),
-            )?;
-            Ok(Box::new(docs.filter_map(Result::ok).map(|e| e.all_text())))
-        },
-    )?;
+    let tok = tokenize::for_corpus(&tokenizer, corpus, &corpus_files, &options)?;
     let sources = Sources { options, tok };
     let provenance = cli.save_provenance(&config)?;
     let device = cli.one_device()?.train_device()?;

@@ -892,11 +892,11 @@ fn selection_files(config: &LmSweepConfig) -> Result<Vec<PathBuf>> {
         return Ok(Vec::new());
     }
     let spec = registry::lookup(&config.dataset)?;
-    let source = SourceOptions {
-        data_dir: (!config.data_dir.is_empty()).then(|| config.data_dir.clone().into()),
-        ..SourceOptions::default()
-    };
-    split_files(spec, Split::Validation, &source)
+    split_files(
+        spec,
+        Split::Validation,
+        &SourceOptions::with_data_dir(&config.data_dir),
+    )
 }
 
 /// The perplexity of the unigram distribution of the held-out split's tokens on those tokens,
@@ -936,25 +936,10 @@ fn unigram_ppl(data: &LmData) -> Result<f64> {
 pub fn sweep_data(config: &LmSweepConfig) -> Result<LmData> {
     let spec = registry::lookup(&config.dataset)?;
     let tokenizer: TokenizerSpec = config.tokenizer.parse()?;
-    let source = SourceOptions {
-        data_dir: (!config.data_dir.is_empty()).then(|| config.data_dir.clone().into()),
-        ..SourceOptions::default()
-    };
+    let source = SourceOptions::with_data_dir(&config.data_dir);
     let train_files = split_files(spec, Split::Train, &source)?;
     let eval_files = split_files(spec, eval_split(config), &source)?;
-    let tok = tokenize::load(
-        &tokenizer,
-        spec.name,
-        &source.local_root.join("tokenizers"),
-        || {
-            let docs = data::source::ExampleStream::open_at(
-                spec,
-                train_files.clone(),
-                Default::default(),
-            )?;
-            Ok(Box::new(docs.filter_map(Result::ok).map(|e| e.all_text())))
-        },
-    )?;
+    let tok = tokenize::for_corpus(&tokenizer, spec, &train_files, &source)?;
     Ok(LmData {
         spec,
         train_files,

@@ -330,10 +330,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
     }
     // 2. Fine-tuning data: the QA set with the pre-training tokenizer.
     let spec = data::registry::lookup(&config.dataset)?;
-    let source = data::source::SourceOptions {
-        data_dir: (!config.data_dir.is_empty()).then(|| config.data_dir.clone().into()),
-        ..Default::default()
-    };
+    let source = data::source::SourceOptions::with_data_dir(&config.data_dir);
     let qa_data = LmData {
         spec,
         train_files: data::source::split_files(spec, data::registry::Split::Train, &source)?,

@@ -23,6 +23,16 @@ pub struct SourceOptions {
     pub local_root: PathBuf,
 }
 
+impl SourceOptions {
+    /// The defaults with a config's `data_dir` (empty: none).
+    pub fn with_data_dir(data_dir: &str) -> Self {
+        Self {
+            data_dir: (!data_dir.is_empty()).then(|| PathBuf::from(data_dir)),
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for SourceOptions {
     fn default() -> Self {
         Self {

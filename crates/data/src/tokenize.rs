@@ -273,6 +273,30 @@ impl TokenizerSpec {
     }
 }
 
+/// The tokenizer `spec` of a corpus: built in, read from a file or the hub, or trained on the texts
+/// of `train_files` (the dataset `dataset`'s train split) on first use and cached under
+/// `options.local_root/tokenizers`. What every experiment that tokenizes a corpus calls.
+pub fn for_corpus(
+    spec: &TokenizerSpec,
+    dataset: &'static crate::registry::DatasetSpec,
+    train_files: &[PathBuf],
+    options: &crate::source::SourceOptions,
+) -> Result<Tok> {
+    load(
+        spec,
+        dataset.name,
+        &options.local_root.join("tokenizers"),
+        || {
+            let docs = crate::source::ExampleStream::open_at(
+                dataset,
+                train_files.to_vec(),
+                Default::default(),
+            )?;
+            Ok(Box::new(docs.filter_map(Result::ok).map(|e| e.all_text())))
+        },
+    )
+}
+
 /// Loads the tokenizer `spec` names. Trained tokenizers are cached in `cache_dir` under
 /// `<corpus>-<kind>-<size>.json` and trained on `corpus_texts()` only when that file is missing.
 pub fn load(
