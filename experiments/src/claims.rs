@@ -69,10 +69,8 @@ fn source_dir(source: &str) -> &str {
 fn scale_of(results: &Path, dir: &str) -> String {
     let path = results.join(dir);
     let shown = match dir {
-        "table11" | "gqa_fig6" => std::fs::read(path.join("env.json"))
-            .ok()
-            .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok())
-            .and_then(|env| env["device"].as_str().map(|d| format!("timing only, {d}")))
+        "table11" | "gqa_fig6" => crate::scale::device(&path)
+            .map(|d| format!("timing only, {d}"))
             .ok_or_else(|| anyhow::anyhow!("no env.json")),
         "gqa_table1" | "gqa_fig4" | "gqa_fig5" => crate::scale::gqa(&path).map(|s| s.show()),
         "table4" => crate::qa_finetune::scale(&path),

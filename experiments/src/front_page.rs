@@ -122,13 +122,6 @@ fn runs_clock(csv: &Path) -> Option<(usize, f64)> {
     Some((last.len(), last.values().sum()))
 }
 
-/// The device named in `results/<id>/env.json`.
-pub(crate) fn device(dir: &Path) -> Option<String> {
-    let text = std::fs::read(dir.join("env.json")).ok()?;
-    let env: serde_json::Value = serde_json::from_slice(&text).ok()?;
-    env["device"].as_str().map(str::to_string)
-}
-
 /// The cost table: per experiment, what its committed cpu-scale result trained and on what.
 pub(crate) fn cost_table(results: &Path) -> String {
     let mut md = String::from(
@@ -171,7 +164,7 @@ pub(crate) fn cost_table(results: &Path) -> String {
         md += &format!(
             "| {link} | {} | {cost} | {} |\n",
             crate::about(id),
-            device(&dir).unwrap_or_else(|| "—".into())
+            crate::scale::device(&dir).unwrap_or_else(|| "—".into())
         );
     }
     md

@@ -1844,7 +1844,7 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
             hours_label: match cost {
                 StepCost::Timed(_) => format!(
                     "device-hours on {} (steps × calibrated step time)",
-                    crate::front_page::device(out).unwrap_or_else(|| "this device".into())
+                    crate::scale::device(out).unwrap_or_else(|| "this device".into())
                 ),
                 StepCost::RunHours => "device-hours (the runs' training time)".into(),
             },

@@ -62,6 +62,13 @@ fn tokens(n: f64) -> String {
     }
 }
 
+/// The device named in `dir`'s `env.json`, if it has one.
+pub fn device(dir: &Path) -> Option<String> {
+    let text = std::fs::read(dir.join("env.json")).ok()?;
+    let env: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    env["device"].as_str().map(str::to_string)
+}
+
 /// The profile and device of the command that wrote `dir` (its `env.json`).
 fn provenance(dir: &Path) -> Result<(String, String)> {
     let path = dir.join("env.json");
