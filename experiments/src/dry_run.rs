@@ -145,6 +145,31 @@ pub fn print(cli: &crate::Cli, note: &str, plans: &[RunPlan]) {
     println!("{}", render(&title, plans));
 }
 
+/// What the datasets a profile reads need on disk, one line per dataset and split
+/// ([`data::source::data_need`]): the hub listing's sizes where the hub answers, else why not.
+pub fn print_data(
+    options: &data::source::SourceOptions,
+    reads: &[(&str, &[data::Split])],
+) -> anyhow::Result<()> {
+    println!("Data (a hub split is downloaded as the runs read it; `datasets fetch NAME --split S --max-shards N` fetches ahead):
+");
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, splits) in reads {
+        let spec = data::registry::lookup(name)?;
+        for &split in *splits {
+            if seen.insert((spec.name, split.name())) {
+                println!(
+                    "- {} {split}: {}",
+                    spec.name,
+                    data::source::data_need(spec, split, options)
+                );
+            }
+        }
+    }
+    println!();
+    Ok(())
+}
+
 /// The shapes of every float parameter of `module`.
 pub fn param_shapes<M: Module>(module: &M) -> Vec<Vec<usize>> {
     struct Shapes(Vec<Vec<usize>>);

@@ -193,8 +193,15 @@ pub struct TaskConfig {
 pub struct PipelineConfig {
     /// What the run reproduces.
     pub description: String,
-    /// A directory holding the datasets' files (as `datasets --data-dir`); empty: the defaults.
+    /// A root holding one folder per dataset, `<data_dir>/<dataset>/`, each in the dataset's hub
+    /// layout (as `datasets --data-dir`; the offline corpus's folder is `gutenberg_shakespeare`);
+    /// empty, or a dataset with no folder there: the Hugging Face cache / hub, or `data/` for the
+    /// offline corpus.
     pub data_dir: String,
+    /// A dataset's own folder, by dataset name (e.g. `{ pg19 = "/mnt/pg19" }`), read before
+    /// `data_dir`.
+    #[serde(default)]
+    pub data_dirs: BTreeMap<String, String>,
     /// `bytes`, `bpe:N`, `unigram:N`, `file:PATH` or `hub:REPO`.
     pub tokenizer: String,
     /// Pre-training (span corruption) corpus.
@@ -931,6 +938,15 @@ fn dry_run_pipeline(
     }
     let plans: Vec<RunPlan> = stages.iter().map(|(p, ..)| p.clone()).collect();
     crate::dry_run::print(cli, "", &plans);
+    let both = [Split::Train, Split::Validation];
+    let reads: Vec<(&str, &[Split])> = std::iter::once(config.corpus.as_str())
+        .chain(config.tasks.iter().map(|t| t.dataset.as_str()))
+        .map(|d| (d, &both[..]))
+        .collect();
+    crate::dry_run::print_data(
+        &SourceOptions::from_config(&config.data_dir, &config.data_dirs)?,
+        &reads,
+    )?;
     if mode == crate::dry_run::DryRun::Step {
         for (p, t5, train, (s, t)) in &stages {
             let estimate = p.bytes_with_activations(t5.activation_floats(1, *s, *t));
@@ -956,7 +972,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     if let Some(mode) = cli.dry_run {
         return dry_run_pipeline(&cli, &config, mode);
     }
-    let options = SourceOptions::with_data_dir(&config.data_dir);
+    let options = SourceOptions::from_config(&config.data_dir, &config.data_dirs)?;
     let corpus = registry::lookup(&config.corpus)?;
     let corpus_files = split_files(corpus, Split::Train, &options)?;
     let tokenizer: TokenizerSpec = config.tokenizer.parse()?;

@@ -3,6 +3,7 @@
 //! device-hours, and the speedup to reach the baseline's final perplexity. One library for the
 //! three experiments; each binary only picks its configs.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,9 +87,15 @@ pub struct LmSweepConfig {
     pub objective: Objective,
     /// Dataset name (`datasets list`).
     pub dataset: String,
-    /// A directory holding the dataset's files in the hub repo's layout (as `datasets --data-dir`);
-    /// empty: the Hugging Face cache / hub, or `data/` for the offline corpus.
+    /// A root holding one folder per dataset, `<data_dir>/<dataset>/`, each in the dataset's hub
+    /// layout (as `datasets --data-dir`; the offline corpus's folder is `gutenberg_shakespeare`);
+    /// empty, or a dataset with no folder there: the Hugging Face cache / hub, or `data/` for the
+    /// offline corpus.
     pub data_dir: String,
+    /// A dataset's own folder, by dataset name (e.g. `{ pg19 = "/mnt/pg19" }`), read before
+    /// `data_dir`.
+    #[serde(default)]
+    pub data_dirs: BTreeMap<String, String>,
     /// `bytes`, `bpe:N`, `unigram:N`, `file:PATH` or `hub:REPO`.
     pub tokenizer: String,
     /// Architectures by name, each trained once per seed of `seeds`.
@@ -895,7 +902,7 @@ fn selection_files(config: &LmSweepConfig) -> Result<Vec<PathBuf>> {
     split_files(
         spec,
         Split::Validation,
-        &SourceOptions::with_data_dir(&config.data_dir),
+        &SourceOptions::from_config(&config.data_dir, &config.data_dirs)?,
     )
 }
 
@@ -936,7 +943,7 @@ fn unigram_ppl(data: &LmData) -> Result<f64> {
 pub fn sweep_data(config: &LmSweepConfig) -> Result<LmData> {
     let spec = registry::lookup(&config.dataset)?;
     let tokenizer: TokenizerSpec = config.tokenizer.parse()?;
-    let source = SourceOptions::with_data_dir(&config.data_dir);
+    let source = SourceOptions::from_config(&config.data_dir, &config.data_dirs)?;
     let train_files = split_files(spec, Split::Train, &source)?;
     let eval_files = split_files(spec, eval_split(config), &source)?;
     let tok = tokenize::for_corpus(&tokenizer, spec, &train_files, &source)?;
@@ -983,6 +990,9 @@ fn run_spec(
     });
     // Named only away from their defaults, so that the runs of the sweeps before these fields
     // existed keep their names.
+    if !config.data_dirs.is_empty() {
+        identity["data_dirs"] = serde_json::to_value(&config.data_dirs)?;
+    }
     if config.train_order != WindowOrder::File {
         identity["train_order"] = serde_json::to_value(config.train_order)?;
     }
@@ -1366,6 +1376,15 @@ fn dry_run_sweep(
         }
     }
     crate::dry_run::print(cli, "", &plans);
+    let splits = if config.eval_split == EvalSplit::Validation {
+        vec![Split::Train, Split::Validation]
+    } else {
+        vec![Split::Train, Split::Validation, eval_split(config)]
+    };
+    crate::dry_run::print_data(
+        &SourceOptions::from_config(&config.data_dir, &config.data_dirs)?,
+        &[(config.dataset.as_str(), &splits)],
+    )?;
     if mode == DryRun::Step {
         for (plan, (m, model_config)) in plans.iter().zip(&built) {
             let train = TrainConfig {

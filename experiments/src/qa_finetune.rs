@@ -15,6 +15,7 @@
 //! (the F1 difference over seed pairs not entirely below 0) at lower cost (the pre-training
 //! step-time ratio baseline / model above 1 over the calibration's interquartile range).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -53,9 +54,17 @@ pub struct Table4Config {
     pub baseline: String,
     /// The model of claim F9 (the paper: FLASH).
     pub claimed: String,
-    /// The QA dataset (`datasets list`), and a directory with its files (empty: the default).
+    /// The QA dataset (`datasets list`).
     pub dataset: String,
+    /// A root holding one folder per dataset, `<data_dir>/<dataset>/`, each in the dataset's hub
+    /// layout (as `datasets --data-dir`; the offline corpus's folder is `gutenberg_shakespeare`);
+    /// empty, or a dataset with no folder there: the Hugging Face cache / hub, or `data/` for the
+    /// offline corpus.
     pub data_dir: String,
+    /// A dataset's own folder, by dataset name (e.g. `{ pg19 = "/mnt/pg19" }`), read before
+    /// `data_dir`.
+    #[serde(default)]
+    pub data_dirs: BTreeMap<String, String>,
     /// Answer tokens trained and generated at most, EOS included.
     pub answer_length: usize,
     /// Examples per fine-tuning step.
@@ -280,6 +289,13 @@ fn dry_run_finetune(
         model_configs.push(model_config);
     }
     crate::dry_run::print(cli, &format!(": fine-tuning on {}", config.dataset), &plans);
+    crate::dry_run::print_data(
+        &data::source::SourceOptions::from_config(&config.data_dir, &config.data_dirs)?,
+        &[(
+            config.dataset.as_str(),
+            &[data::Split::Train, data::Split::Validation],
+        )],
+    )?;
     if mode == crate::dry_run::DryRun::Step {
         let train = train_config(config, 0);
         for (plan, model_config) in plans.iter().zip(&model_configs) {
@@ -330,7 +346,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
     }
     // 2. Fine-tuning data: the QA set with the pre-training tokenizer.
     let spec = data::registry::lookup(&config.dataset)?;
-    let source = data::source::SourceOptions::with_data_dir(&config.data_dir);
+    let source = data::source::SourceOptions::from_config(&config.data_dir, &config.data_dirs)?;
     let qa_data = LmData {
         spec,
         train_files: data::source::split_files(spec, data::registry::Split::Train, &source)?,

@@ -89,7 +89,9 @@ fn gqa_fig6_smoke_times_every_group_count_and_writes_its_files() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
+/// Writes `file` of the offline corpus's folder under the `data_dir` root `dir`.
 fn write(dir: &std::path::Path, file: &str, columns: Vec<(&str, Vec<String>)>) {
+    let dir = dir.join("gutenberg_shakespeare");
     let columns = columns
         .into_iter()
         .map(|(name, values)| {

@@ -501,7 +501,9 @@ fn tiny_qa(dir: &std::path::Path) {
                 as arrow_array::ArrayRef
         };
         data::corpus::write_parquet(
-            &dir.join(format!("speaker_qa/{split}-00000-of-00001.parquet")),
+            &dir.join(format!(
+                "gutenberg_shakespeare/speaker_qa/{split}-00000-of-00001.parquet"
+            )),
             vec![
                 ("question", column(&|i| format!("Who says line {i}?"))),
                 (

@@ -148,11 +148,8 @@ fn main() {
         start.elapsed().as_secs_f64()
     );
 
-    // Read through the wiki40b entry (parquet shards under `en/`, column `text`) with --data-dir.
-    let opts = SourceOptions {
-        data_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    };
+    // Read through the wiki40b entry (parquet shards under `en/`, column `text`) from its own folder.
+    let opts = SourceOptions::with_dataset_dir("wiki40b", dir.path());
     for round in 0..2 {
         let start = Instant::now();
         let (mut n, mut text_bytes) = (0usize, 0usize);

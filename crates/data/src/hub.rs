@@ -85,8 +85,18 @@ pub fn cached_split_files(spec: &DatasetSpec, split: Split) -> Result<Vec<PathBu
         .collect())
 }
 
-/// The split's file names in the repo, from the hub's file listing.
-pub fn list_split(spec: &DatasetSpec, split: Split) -> Result<Vec<(String, u64)>> {
+/// One file of a split as the hub lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedFile {
+    /// Path in the repo.
+    pub path: String,
+    pub size: u64,
+    /// SHA-256 of the content, where the file is LFS-backed (the hub lists it then).
+    pub sha256: Option<String>,
+}
+
+/// The split's files in the repo, from the hub's file listing, in reading order.
+pub fn list_split(spec: &DatasetSpec, split: Split) -> Result<Vec<ListedFile>> {
     let (repo, revision) = hub_origin(spec)?;
     let entries = repository(repo)?
         .list_tree()
@@ -94,31 +104,38 @@ pub fn list_split(spec: &DatasetSpec, split: Split) -> Result<Vec<(String, u64)>
         .recursive(true)
         .send()
         .map_err(|e| anyhow!("listing {repo}@{revision}: {e}"))?;
-    let mut files: Vec<(String, u64)> = entries
+    let mut files: Vec<ListedFile> = entries
         .into_iter()
         .filter_map(|e| match e {
-            RepoTreeEntry::File { path, size, .. } if spec.matches(&path, split) => {
-                Some((path, size))
-            }
+            RepoTreeEntry::File {
+                path, size, lfs, ..
+            } if spec.matches(&path, split) => Some(ListedFile {
+                path,
+                size,
+                sha256: lfs.and_then(|l| l.sha256),
+            }),
             _ => None,
         })
         .collect();
-    files.sort();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(files)
 }
 
-/// The split's files, downloading what is missing unless `offline`. With no network (or
-/// `--offline`) the cache is used; with neither, the error says both ways to provide the files.
+/// The split's files, as paths in the cache's snapshot. Unless `offline`, the split is listed on the
+/// hub and each file not yet cached is registered with [`crate::shards`], which downloads it when
+/// a stream first reads it (and a few ahead): nothing is downloaded here. With no network (or
+/// `--offline`) the cached files are used; with neither, the error says both ways to provide them.
 pub fn split_files(spec: &DatasetSpec, split: Split, offline: bool) -> Result<Vec<PathBuf>> {
     let (repo, revision) = hub_origin(spec)?;
     let no_files = |why: String| {
         anyhow!(
-            "dataset `{}` split {split}: {why}, and no {} is in the cache {}; fetch it where the hub is reachable (`datasets fetch {} --split {split}`, then copy {}), or place the files in the repo's layout under a directory and pass --data-dir DIR",
+            "dataset `{}` split {split}: {why}, and no {} is in the cache {}; fetch it where the hub is reachable (`datasets fetch {} --split {split}`, then copy {}), or place the files in the repo's layout under DIR/{} and pass --data-dir DIR",
             spec.name,
             spec.expected_files(split),
             hf_hub::resolve_cache_dir().display(),
             spec.name,
             repo_cache_dir(repo).display(),
+            spec.name,
         )
     };
     if offline {
@@ -140,26 +157,53 @@ pub fn split_files(spec: &DatasetSpec, split: Split, offline: bool) -> Result<Ve
             return Ok(cached);
         }
     };
-    if listing.is_empty() {
+    let Some(first) = listing.first() else {
         bail!(
             "dataset `{}`: {repo}@{revision} has no file {}",
             spec.name,
             spec.expected_files(split)
         );
-    }
-    let repo_handle = repository(repo)?;
-    listing
-        .iter()
-        .map(|(path, _)| download(&repo_handle, repo, revision, path))
-        .collect()
+    };
+    // The snapshot directory is named by the commit the revision resolves to.
+    let commit = repository(repo)?
+        .get_file_metadata()
+        .filepath(first.path.clone())
+        .revision(revision)
+        .send()
+        .map_err(|e| anyhow!("{repo}/{}: {e}", first.path))?
+        .commit_hash;
+    let snapshot = repo_cache_dir(repo).join("snapshots").join(&commit);
+    Ok(listing
+        .into_iter()
+        .map(|file| {
+            let path = snapshot.join(&file.path);
+            let expected = path.clone();
+            crate::shards::register(path.clone(), file.size, move || {
+                let got = download(&repository(repo)?, repo, revision, &file.path, file.sha256.as_deref())?;
+                if got != expected {
+                    bail!(
+                        "{repo}@{revision} moved to another commit while it was read ({} instead of {}); run again",
+                        got.display(),
+                        expected.display()
+                    );
+                }
+                Ok(())
+            });
+            path
+        })
+        .collect())
 }
 
-/// Downloads one file into the cache, resuming a partial download; returns its snapshot path.
+/// Downloads one file into the cache, resuming a partial download, and checks it against `sha256`
+/// (the hub's listing) or, for an LFS file, its ETag (the content's SHA-256): a file that does not
+/// match is removed and refused by name.
+/// Returns its snapshot path.
 pub fn download<T: RepoType>(
     r: &HFRepositorySync<T>,
     repo: &str,
     revision: &str,
     filename: &str,
+    sha256: Option<&str>,
 ) -> Result<PathBuf> {
     let meta = r
         .get_file_metadata()
@@ -207,6 +251,18 @@ pub fn download<T: RepoType>(
         }
         progress.finish();
         drop(out);
+        // The hub's ETag of an LFS file is its content's SHA-256.
+        let etag_sha = (meta.etag.len() == 64 && meta.etag.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then_some(meta.etag.as_str());
+        if let Some(want) = sha256.or(etag_sha) {
+            let got = sha256_hex(&partial)?;
+            if !got.eq_ignore_ascii_case(want) {
+                std::fs::remove_file(&partial)?;
+                bail!(
+                    "{repo}/{filename}: corrupt download (sha256 {got}, the hub lists {want}); the bad copy is removed, run again to download it anew"
+                );
+            }
+        }
         std::fs::rename(&partial, &blob)?;
     }
     // Xet-backed files go through hf-hub's own xet path; plain files are already in `blobs/`, and
@@ -216,6 +272,19 @@ pub fn download<T: RepoType>(
         .revision(revision.to_string())
         .send()
         .map_err(|e| anyhow!("{repo}/{filename}: {e}"))
+}
+
+/// The SHA-256 of a file, as lowercase hex.
+fn sha256_hex(path: &Path) -> Result<String> {
+    use sha2::Digest;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = sha2::Sha256::new();
+    std::io::copy(&mut file, &mut hasher)?;
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 /// The files of a T5 checkpoint in Hugging Face layout that `model::t5_hf::load` reads: `config.json`
@@ -304,7 +373,7 @@ pub fn fetch_checkpoint(spec: &str, offline: bool) -> Result<PathBuf> {
     let files = checkpoint_files(&listing).map_err(|why| anyhow!("{repo}@{revision} {why}"))?;
     let mut dir = None;
     for f in &files {
-        let path = download(&handle, repo, revision, f)?;
+        let path = download(&handle, repo, revision, f, None)?;
         dir = path.parent().map(Path::to_path_buf);
     }
     dir.ok_or_else(|| anyhow!("{repo}@{revision}: nothing downloaded"))

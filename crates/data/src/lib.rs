@@ -4,6 +4,7 @@
 //!   layout, columns, how an example is built).
 //! - [`source`]: finding a split's files — a `--data-dir` laid out like the hub repo, the Hugging Face
 //!   cache, or a download through [`hub`] (feature `hub`).
+//! - [`shards`]: hub files fetched as a stream reaches them (and a few ahead), not before.
 //! - [`read`]: streaming readers (parquet row group by row group, json.gz lines, plain-text pairs).
 //! - [`example`]: one typed example per dataset row (`text`, `source/target`, `question/context/answers`).
 //! - [`tokenize`]: `tokenizer.json` files, trained BPE/Unigram tokenizers, a byte-level fallback.
@@ -19,6 +20,7 @@ pub mod hub;
 pub mod read;
 pub mod registry;
 pub mod rng;
+pub mod shards;
 pub mod source;
 pub mod tasks;
 pub mod tokenize;

@@ -179,6 +179,15 @@ impl DatasetSpec {
     }
 
     /// A human description of the files a split needs, for error messages.
+    /// The dataset's folder under a `--data-dir` root: its name for a hub dataset; for the offline
+    /// corpus and its tasks the folder `just data` writes (`gutenberg_shakespeare`, shared by all four).
+    pub fn folder(&self) -> &'static str {
+        match self.origin {
+            Origin::Hub { .. } => self.name,
+            Origin::Local { dir } => dir,
+        }
+    }
+
     pub fn expected_files(&self, split: Split) -> String {
         let s = self.split_name(split);
         match self.layout {

@@ -1,8 +1,10 @@
-//! Finding and streaming a split. Files come from, in this order: `--data-dir DIR` (files placed by
-//! hand in the repo's layout), the local corpus directory (offline datasets), or the Hugging Face
-//! hub cache — downloading when allowed (feature `hub`). The stream of examples has a position
-//! (file, row) that can be saved and reopened exactly.
+//! Finding and streaming a split. A dataset's files come from, in this order: its own folder named
+//! in the config (`data_dirs`), `DIR/<dataset>/` under `--data-dir DIR` (files placed by hand in the
+//! repo's layout), the local corpus directory (offline datasets), or the Hugging Face hub cache —
+//! downloading as the stream reads them when allowed (feature `hub`, [`crate::shards`]). The stream
+//! of examples has a position (file, row) that can be saved and reopened exactly.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
@@ -12,24 +14,58 @@ use crate::example::Example;
 use crate::read::{JsonGzRows, ParquetRows, Record, TextPairRows};
 use crate::registry::{DatasetSpec, ExampleKind, Layout, Origin, Split};
 
-/// Where to look for files, as the command-line flags set it.
+/// Where to look for files, as the command-line flags and configs set it.
 #[derive(Debug, Clone)]
 pub struct SourceOptions {
-    /// `--data-dir`: a directory laid out like the hub repo (or, for local datasets, like the corpus).
+    /// `--data-dir DIR`: a root holding one folder per dataset, `DIR/<dataset>/` in the dataset's
+    /// hub layout ([`DatasetSpec::folder`]); a dataset with no folder there is read from its default.
     pub data_dir: Option<PathBuf>,
-    /// `--offline`: never touch the network; use the cache or `data_dir` only.
+    /// A dataset's own folder (in its hub layout), by dataset name; before `data_dir`.
+    pub dataset_dirs: BTreeMap<String, PathBuf>,
+    /// `--offline` (or `HF_HUB_OFFLINE=1`): never touch the network; use the cache or the folders
+    /// above only.
     pub offline: bool,
     /// Where `just data` writes the offline corpus (default `data/`, or `$REPRO_DATA`).
     pub local_root: PathBuf,
 }
 
 impl SourceOptions {
-    /// The defaults with a config's `data_dir` (empty: none).
-    pub fn with_data_dir(data_dir: &str) -> Self {
-        Self {
+    /// The defaults with a config's `data_dir` root (empty: none) and per-dataset folders; a
+    /// folder for a dataset the registry does not have is refused.
+    pub fn from_config(data_dir: &str, dataset_dirs: &BTreeMap<String, String>) -> Result<Self> {
+        for name in dataset_dirs.keys() {
+            if crate::registry::lookup(name).is_err() {
+                bail!(
+                    "data_dirs names `{name}`, which is no dataset of the registry; `datasets list` shows them"
+                );
+            }
+        }
+        Ok(Self {
             data_dir: (!data_dir.is_empty()).then(|| PathBuf::from(data_dir)),
+            dataset_dirs: dataset_dirs
+                .iter()
+                .map(|(k, v)| (k.clone(), PathBuf::from(v)))
+                .collect(),
+            ..Self::default()
+        })
+    }
+
+    /// The defaults with one dataset's own folder.
+    pub fn with_dataset_dir(name: &str, dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dataset_dirs: [(name.to_string(), dir.into())].into(),
             ..Self::default()
         }
+    }
+
+    /// The folder placed for `spec` by hand, if any: its own (`dataset_dirs`), else
+    /// `data_dir/<folder>/` when that exists.
+    pub fn placed_folder(&self, spec: &DatasetSpec) -> Option<PathBuf> {
+        if let Some(dir) = self.dataset_dirs.get(spec.name) {
+            return Some(dir.clone());
+        }
+        let dir = self.data_dir.as_ref()?.join(spec.folder());
+        dir.is_dir().then_some(dir)
     }
 }
 
@@ -37,7 +73,10 @@ impl Default for SourceOptions {
     fn default() -> Self {
         Self {
             data_dir: None,
-            offline: false,
+            dataset_dirs: BTreeMap::new(),
+            // The Hugging Face libraries' own switch.
+            offline: std::env::var("HF_HUB_OFFLINE")
+                .is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")),
             local_root: std::env::var_os("REPRO_DATA")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("data")),
@@ -72,40 +111,146 @@ pub fn list_dir(root: &Path) -> Result<Vec<String>> {
 
 /// The files of `split`, in the order they are read.
 pub fn split_files(spec: &DatasetSpec, split: Split, opts: &SourceOptions) -> Result<Vec<PathBuf>> {
-    let local = match (&opts.data_dir, spec.origin) {
-        (Some(dir), _) => Some(dir.clone()),
-        (None, Origin::Local { dir }) => Some(opts.local_root.join(dir)),
-        (None, Origin::Hub { .. }) => None,
-    };
-    if let Some(root) = local {
-        let found: Vec<PathBuf> = if root.is_dir() {
-            list_dir(&root)?
-                .into_iter()
-                .filter(|p| spec.matches(p, split))
-                .map(|p| root.join(p))
-                .collect()
-        } else {
-            Vec::new()
-        };
+    if let Some(root) = opts.placed_folder(spec) {
+        let found = files_under(spec, split, &root)?;
         if found.is_empty() {
-            let expected = root.join(spec.expected_files(split));
-            match spec.origin {
-                Origin::Local { .. } if opts.data_dir.is_none() => bail!(
-                    "dataset `{}` split {split}: no file {}; build the offline corpus with `just data`",
-                    spec.name,
-                    expected.display()
-                ),
-                _ => bail!(
-                    "dataset `{}` split {split}: no file {} under --data-dir {}; place the repo's files there in its layout",
-                    spec.name,
-                    spec.expected_files(split),
-                    root.display()
-                ),
-            }
+            bail!(
+                "dataset `{}` split {split}: no file {} under {}; place the repo's files there in its layout, or move the folder away to read the dataset from the hub cache",
+                spec.name,
+                spec.expected_files(split),
+                root.display()
+            );
         }
         return check_pairs(spec, split, found);
     }
-    hub_files(spec, split, opts).and_then(|f| check_pairs(spec, split, f))
+    let files = match spec.origin {
+        Origin::Local { dir } => {
+            let root = opts.local_root.join(dir);
+            let found = files_under(spec, split, &root)?;
+            if found.is_empty() {
+                bail!(
+                    "dataset `{}` split {split}: no file {}; build the offline corpus with `just data`{}",
+                    spec.name,
+                    root.join(spec.expected_files(split)).display(),
+                    not_under_data_dir(spec, opts)
+                );
+            }
+            found
+        }
+        Origin::Hub { .. } => hub_files(spec, split, opts)
+            .map_err(|e| anyhow::anyhow!("{e:#}{}", not_under_data_dir(spec, opts)))?,
+    };
+    check_pairs(spec, split, files)
+}
+
+/// The files of `split` under a folder in the dataset's layout (none if the folder is absent).
+fn files_under(spec: &DatasetSpec, split: Split, root: &Path) -> Result<Vec<PathBuf>> {
+    if !root.is_dir() {
+        return Ok(Vec::new());
+    }
+    Ok(list_dir(root)?
+        .into_iter()
+        .filter(|p| spec.matches(p, split))
+        .map(|p| root.join(p))
+        .collect())
+}
+
+/// With `--data-dir DIR`: where the dataset was looked for there, for the error of one found nowhere.
+fn not_under_data_dir(spec: &DatasetSpec, opts: &SourceOptions) -> String {
+    match &opts.data_dir {
+        Some(root) => format!(
+            " (no folder {} under --data-dir either)",
+            root.join(spec.folder()).display()
+        ),
+        None => String::new(),
+    }
+}
+
+/// What reading `split` needs on disk, in one line: the files placed or built locally, or for a hub
+/// dataset the split's size from the hub's listing (and how much of it is cached), or why the size
+/// cannot be known (offline, hub unreachable). Downloads nothing.
+pub fn data_need(spec: &DatasetSpec, split: Split, opts: &SourceOptions) -> String {
+    let size = |files: &[PathBuf]| -> u64 {
+        files
+            .iter()
+            .filter_map(|f| std::fs::metadata(f).ok())
+            .map(|m| m.len())
+            .sum()
+    };
+    let local = |root: PathBuf, what: &str| match files_under(spec, split, &root) {
+        Ok(f) if !f.is_empty() => format!(
+            "{what} {}: {} files, {}",
+            root.display(),
+            f.len(),
+            human_bytes(size(&f))
+        ),
+        _ => format!(
+            "{what} {}: no file {} there yet",
+            root.display(),
+            spec.expected_files(split)
+        ),
+    };
+    if let Some(root) = opts.placed_folder(spec) {
+        return local(root, "placed in");
+    }
+    match spec.origin {
+        Origin::Local { dir } => local(opts.local_root.join(dir), "built by `just data` in"),
+        Origin::Hub { repo, revision } => hub_need(spec, split, opts, repo, revision),
+    }
+}
+
+#[cfg(feature = "hub")]
+fn hub_need(
+    spec: &DatasetSpec,
+    split: Split,
+    opts: &SourceOptions,
+    repo: &str,
+    revision: &str,
+) -> String {
+    let cached = crate::hub::cached_split_files(spec, split).unwrap_or_default();
+    let cached = cached
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum::<u64>();
+    let listing = if opts.offline {
+        Err("offline".to_string())
+    } else {
+        crate::hub::list_split(spec, split)
+            .map_err(|_| "the hub did not answer its listing".to_string())
+    };
+    match listing {
+        Ok(files) => format!(
+            "hub {repo}@{revision}: {} files, {} for the whole split ({} cached); a run downloads only the files it reads",
+            files.len(),
+            human_bytes(files.iter().map(|f| f.size).sum()),
+            human_bytes(cached)
+        ),
+        Err(why) => format!(
+            "hub {repo}@{revision}: size unknown ({why}); {} cached",
+            human_bytes(cached)
+        ),
+    }
+}
+
+#[cfg(not(feature = "hub"))]
+fn hub_need(
+    _spec: &DatasetSpec,
+    _split: Split,
+    _opts: &SourceOptions,
+    repo: &str,
+    revision: &str,
+) -> String {
+    format!("hub {repo}@{revision}: size unknown (this build has no hub support)")
+}
+
+/// Bytes as MB or GB (decimal, as the hub shows sizes).
+fn human_bytes(b: u64) -> String {
+    if b >= 1_000_000_000 {
+        format!("{:.1} GB", b as f64 / 1e9)
+    } else {
+        format!("{:.1} MB", b as f64 / 1e6)
+    }
 }
 
 fn check_pairs(spec: &DatasetSpec, split: Split, files: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
@@ -224,6 +369,13 @@ impl ExampleStream {
         let Some(path) = self.files.get(i) else {
             return Ok(());
         };
+        // Hub files are downloaded here, as the stream reaches them, and a few fetched ahead.
+        let n = self.files.len();
+        for f in &self.files[i..(i + files_per_unit).min(n)] {
+            crate::shards::ensure(f)?;
+        }
+        let ahead_end = i + files_per_unit * (1 + crate::shards::READ_AHEAD);
+        crate::shards::read_ahead(&self.files[(i + files_per_unit).min(n)..ahead_end.min(n)]);
         let row = self.position.row;
         let rows: Box<dyn Iterator<Item = Result<Record>> + Send> = match self.spec.layout {
             Layout::ParquetShards { .. } | Layout::ParquetConverted { .. } => Box::new(

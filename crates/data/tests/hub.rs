@@ -6,199 +6,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 
+use common::hub_server::{COMMIT, Hub};
 use common::*;
-
-const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
-
-struct Hub {
-    port: u16,
-    files: BTreeMap<String, Vec<u8>>,
-    /// (method, path, Range header) of every request.
-    log: Mutex<Vec<(String, String, Option<String>)>>,
-    /// When non-zero, the n-th ranged GET from now on sends half its body and hangs up.
-    cut_at: AtomicUsize,
-    ranged_gets: AtomicUsize,
-}
-
-impl Hub {
-    fn start(files: BTreeMap<String, Vec<u8>>) -> Arc<Hub> {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let hub = Arc::new(Hub {
-            port: listener.local_addr().unwrap().port(),
-            files,
-            log: Mutex::new(Vec::new()),
-            cut_at: AtomicUsize::new(0),
-            ranged_gets: AtomicUsize::new(0),
-        });
-        let h = hub.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let h = h.clone();
-                std::thread::spawn(move || h.serve(stream));
-            }
-        });
-        hub
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn serve(&self, mut stream: TcpStream) {
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut request = String::new();
-        if reader.read_line(&mut request).is_err() || request.is_empty() {
-            return;
-        }
-        let mut range = None;
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            if line.trim().is_empty() {
-                break;
-            }
-            if let Some((k, v)) = line.split_once(':')
-                && k.eq_ignore_ascii_case("range")
-            {
-                range = Some(v.trim().to_string());
-            }
-        }
-        let mut parts = request.split_whitespace();
-        let (method, target) = (
-            parts.next().unwrap().to_string(),
-            parts.next().unwrap().to_string(),
-        );
-        self.log
-            .lock()
-            .unwrap()
-            .push((method.clone(), target.clone(), range.clone()));
-        let path = target.split('?').next().unwrap().replace("%2F", "/");
-
-        // Listings: the dataset repo's files are the keys without a model owner's prefix, a model
-        // repo's are the keys under `<owner>/<name>/`.
-        let listing = match (
-            path.strip_prefix("/api/datasets/wmt/wmt14/tree/main"),
-            path.strip_prefix("/api/models/")
-                .and_then(|p| p.split_once("/tree/main")),
-        ) {
-            (Some(rest), _) => Some((rest.to_string(), None)),
-            (None, Some((repo, rest))) => Some((rest.to_string(), Some(format!("{repo}/")))),
-            _ => None,
-        };
-        if let Some((rest, model)) = listing {
-            assert!(
-                rest.is_empty() || rest == "/",
-                "listing a subdirectory: {rest}"
-            );
-            let mut entries = Vec::new();
-            if model.is_none() {
-                entries.push(serde_json::json!({"type": "directory", "oid": "d", "path": "de-en"}));
-            }
-            for (p, bytes) in &self.files {
-                let p = match &model {
-                    Some(prefix) => match p.strip_prefix(prefix.as_str()) {
-                        Some(p) => p,
-                        None => continue,
-                    },
-                    None if p.starts_with("google") => continue,
-                    None => p,
-                };
-                entries.push(serde_json::json!({"type": "file", "oid": format!("{:040x}", bytes.len()), "size": bytes.len(), "path": p}));
-            }
-            let body = serde_json::to_vec(&entries).unwrap();
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = stream.write_all(&body);
-            return;
-        }
-        // Dataset files are keyed by their path in the repo, model files by `<owner>/<name>/<path>`.
-        let file = match (
-            path.strip_prefix("/datasets/wmt/wmt14/resolve/main/"),
-            path.split_once("/resolve/main/"),
-        ) {
-            (Some(f), _) => f.to_string(),
-            (None, Some((repo, f))) => format!("{}/{f}", repo.trim_start_matches('/')),
-            _ => String::new(),
-        };
-        let Some(bytes) = self.files.get(&file) else {
-            let _ = write!(
-                stream,
-                "HTTP/1.1 404 Not Found\r\nX-Error-Code: EntryNotFound\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            );
-            return;
-        };
-        let etag = format!(
-            "{:016x}",
-            bytes
-                .iter()
-                .fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64)
-                    .wrapping_mul(0x100000001b3))
-        );
-        let common = format!(
-            "ETag: \"{etag}\"\r\nX-Repo-Commit: {COMMIT}\r\nAccept-Ranges: bytes\r\nConnection: close\r\n"
-        );
-        if method == "HEAD" {
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\n{common}Content-Length: {}\r\n\r\n",
-                bytes.len()
-            );
-            return;
-        }
-        let (start, end) = match &range {
-            Some(r) => {
-                let (a, b) = r.trim_start_matches("bytes=").split_once('-').unwrap();
-                (
-                    a.parse::<usize>().unwrap(),
-                    b.parse::<usize>()
-                        .map(|b| b + 1)
-                        .unwrap_or(bytes.len())
-                        .min(bytes.len()),
-                )
-            }
-            None => (0, bytes.len()),
-        };
-        let body = &bytes[start..end];
-        let status = if range.is_some() {
-            "206 Partial Content"
-        } else {
-            "200 OK"
-        };
-        let _ = write!(
-            stream,
-            "HTTP/1.1 {status}\r\n{common}Content-Length: {}\r\nContent-Range: bytes {start}-{}/{}\r\n\r\n",
-            body.len(),
-            end - 1,
-            bytes.len()
-        );
-        if range.is_some() {
-            let n = self.ranged_gets.fetch_add(1, Ordering::SeqCst) + 1;
-            if n == self.cut_at.load(Ordering::SeqCst) {
-                let _ = stream.write_all(&body[..body.len() / 2]);
-                let _ = stream.flush();
-                let _ = stream.shutdown(std::net::Shutdown::Both);
-                return;
-            }
-        }
-        let _ = stream.write_all(body);
-    }
-
-    fn ranges_since(&self, from: usize) -> Vec<String> {
-        self.log.lock().unwrap()[from..]
-            .iter()
-            .filter(|(m, _, _)| m == "GET")
-            .filter_map(|(_, _, r)| r.clone())
-            .collect()
-    }
-}
 
 fn fixture_files() -> BTreeMap<String, Vec<u8>> {
     let dir = tempfile::tempdir().unwrap();
@@ -491,4 +302,113 @@ fn model_checkpoint_download() {
     ] {
         assert!(err.contains(needle), "missing {needle}: {err}");
     }
+}
+
+/// A 50-shard split is listed, not downloaded: reading its first examples fetches the shards they
+/// are in and at most `READ_AHEAD` more; `fetch --max-shards N` fetches N; a shard whose bytes do
+/// not match the hub's SHA-256 is refused by name, and nothing of it is kept.
+#[test]
+fn shards_are_fetched_as_read() {
+    use common::hub_server::{shard_indices, sharded_split};
+    let files = sharded_split(50, 20);
+    let hub = Hub::start(files.clone());
+    let home = tempfile::tempdir().unwrap();
+    let endpoint = hub.endpoint();
+    let env = [
+        ("HF_ENDPOINT", endpoint.as_str()),
+        ("HF_HOME", home.path().to_str().unwrap()),
+    ];
+    let ahead = data::shards::READ_AHEAD;
+
+    // 30 examples: shard 0 and 10 rows of shard 1.
+    let (code, out, err) = datasets(
+        &["peek", "wmt14_de_en", "--split", "train", "--n", "30"],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 30);
+    assert_eq!(lines[29]["source"], "Sentence 9 of shard 1");
+    let touched = shard_indices(&hub.fetched());
+    assert!(touched.contains(&0) && touched.contains(&1), "{touched:?}");
+    assert!(
+        touched.iter().all(|&s| s <= 1 + ahead),
+        "shards beyond the read-ahead were requested: {touched:?}"
+    );
+
+    // Fetching ahead: the first 5 shards, no further.
+    let (code, out, err) = datasets(
+        &[
+            "fetch",
+            "wmt14_de_en",
+            "--split",
+            "train",
+            "--max-shards",
+            "5",
+        ],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("the first 5 of 50 files"), "{out}");
+    let snapshot = home
+        .path()
+        .join("hub/datasets--wmt--wmt14/snapshots")
+        .join(COMMIT);
+    for s in 0..5 {
+        let name = format!("de-en/train-{s:05}-of-00050.parquet");
+        assert_eq!(std::fs::read(snapshot.join(&name)).unwrap(), files[&name]);
+    }
+    assert!(
+        shard_indices(&hub.fetched())
+            .iter()
+            .all(|&s| s <= (1 + ahead).max(4))
+    );
+
+    // Shard 7 arrives corrupt: refused, with its name, and neither the blob nor a partial kept.
+    let bad = "de-en/train-00007-of-00050.parquet";
+    *hub.tamper.lock().unwrap() = Some(bad.into());
+    let (code, _, err) = datasets(
+        &[
+            "fetch",
+            "wmt14_de_en",
+            "--split",
+            "train",
+            "--max-shards",
+            "8",
+        ],
+        &env,
+    );
+    assert_ne!(code, 0);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: ") && last.contains(bad) && last.contains("corrupt"),
+        "{err}"
+    );
+    let blobs = home.path().join("hub/datasets--wmt--wmt14/blobs");
+    let sha = common::hub_server::sha256_hex(&files[bad]);
+    for entry in std::fs::read_dir(&blobs).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        assert!(!name.starts_with(&sha), "kept {name}");
+    }
+    assert!(!snapshot.join(bad).exists());
+    assert_eq!(shard_indices(&hub.fetched()).iter().max(), Some(&7));
+
+    // Served intact again: the same command completes it.
+    *hub.tamper.lock().unwrap() = None;
+    let (code, _, err) = datasets(
+        &[
+            "fetch",
+            "wmt14_de_en",
+            "--split",
+            "train",
+            "--max-shards",
+            "8",
+        ],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(snapshot.join(bad)).unwrap(), files[bad]);
 }

@@ -59,10 +59,7 @@ fn memory_stays_flat_over_many_row_groups() {
     w.close().unwrap();
     let file_mb = std::fs::metadata(&path).unwrap().len() as f64 / 1e6;
 
-    let opts = SourceOptions {
-        data_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    };
+    let opts = SourceOptions::with_dataset_dir("pg19", dir.path());
     let stream =
         ExampleStream::open(registry::lookup("pg19").unwrap(), Split::Train, &opts).unwrap();
     let (mut bytes, mut n) = (0usize, 0usize);

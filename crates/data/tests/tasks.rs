@@ -40,10 +40,7 @@ fn books() -> (tempfile::TempDir, Vec<std::path::PathBuf>) {
             Strings::Dictionary,
         );
     }
-    let opts = SourceOptions {
-        data_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    };
+    let opts = SourceOptions::with_dataset_dir("pg19", dir.path());
     let files = split_files(registry::lookup("pg19").unwrap(), Split::Train, &opts).unwrap();
     assert_eq!(files.len(), 2);
     (dir, files)
@@ -253,7 +250,7 @@ fn example_streams_reopen_at_every_position() {
     ] {
         let spec = registry::lookup(name).unwrap();
         let opts = SourceOptions {
-            data_dir: Some(dir.path().join(name)),
+            data_dir: Some(dir.path().to_path_buf()),
             ..Default::default()
         };
         let files = split_files(spec, split, &opts).unwrap();

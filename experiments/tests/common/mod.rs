@@ -1,7 +1,9 @@
 //! Helpers shared by the experiment tests.
 
-/// A corpus in the offline corpus's layout, so the test does not need `just data`.
+/// A corpus in the offline corpus's layout under `dir/gutenberg_shakespeare/` (`dir` is a
+/// `data_dir` root), so the test does not need `just data`.
 pub fn tiny_corpus(dir: &std::path::Path) {
+    let dir = dir.join("gutenberg_shakespeare");
     for split in ["train", "validation", "test"] {
         let texts: Vec<String> = (0..4)
             .map(|i| {

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! datasets list
-//! datasets fetch NAME [--split S] [--data-dir DIR] [--offline]
+//! datasets fetch NAME [--split S] [--max-shards N] [--data-dir DIR] [--offline]
 //! datasets fetch-model OWNER/NAME[@REVISION] [--offline]
 //! datasets peek NAME --split S [--n N] [--data-dir DIR] [--offline]
 //! datasets stats NAME [--split S] [--tokenizer T] [--data-dir DIR] [--offline]
@@ -30,8 +30,8 @@ struct Cli {
 /// Where a dataset's files come from.
 #[derive(clap::Args, Clone)]
 struct Source {
-    /// A directory holding the dataset's files in the hub repository's layout (instead of the
-    /// Hugging Face cache / hub).
+    /// A root holding one folder per dataset, `DIR/<dataset>/`, in the hub repository's layout
+    /// (read instead of the Hugging Face cache / hub; a dataset with no folder there falls back).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Use only files already on disk; never reach the hub.
@@ -47,6 +47,7 @@ impl Source {
         let default = SourceOptions::default();
         SourceOptions {
             data_dir: self.data_dir.clone(),
+            dataset_dirs: Default::default(),
             offline: self.offline,
             local_root: self.root.clone().unwrap_or(default.local_root),
         }
@@ -57,13 +58,17 @@ impl Source {
 enum Command {
     /// Every dataset of the registry, with its origin.
     List,
-    /// Download (or find) a dataset's files and list them per split.
+    /// Download (or find) a dataset's files and list them per split. Training downloads the files
+    /// it reads as it reaches them; this fetches ahead (e.g. before going offline).
     Fetch {
         /// Dataset name (`datasets list`).
         name: String,
         /// Only this split: train, validation or test.
         #[arg(long)]
         split: Option<String>,
+        /// Only the first N files of each split, in reading order [default: all].
+        #[arg(long, value_name = "N")]
+        max_shards: Option<usize>,
         #[command(flatten)]
         source: Source,
     },
@@ -140,11 +145,23 @@ fn run(command: Command) -> Result<()> {
         Command::Fetch {
             name,
             split,
+            max_shards,
             source,
         } => {
             let d = registry::lookup(&name)?;
+            if max_shards == Some(0) {
+                return Err(anyhow!("--max-shards 0 fetches nothing: give at least 1"));
+            }
             for split in splits(split)? {
-                let files = split_files(d, split, &source.options())?;
+                let all = split_files(d, split, &source.options())?;
+                let n = max_shards.map_or(all.len(), |m| m.min(all.len()));
+                let files = &all[..n];
+                for f in files {
+                    data::shards::ensure(f)?;
+                }
+                if n < all.len() {
+                    println!("{} {split}: the first {n} of {} files", d.name, all.len());
+                }
                 let bytes: u64 = files
                     .iter()
                     .filter_map(|f| std::fs::metadata(f).ok())

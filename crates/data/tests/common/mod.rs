@@ -2,6 +2,8 @@
 //! the datasets' hub repos), and a runner for the `datasets` binary.
 #![allow(dead_code)]
 
+pub mod hub_server;
+
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;

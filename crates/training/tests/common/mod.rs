@@ -11,10 +11,7 @@ use training::lm_task::LmData;
 /// the byte tokenizer.
 pub fn lm_data(dir: &Path, name: &str) -> LmData {
     let spec = registry::lookup(name).unwrap();
-    let opts = SourceOptions {
-        data_dir: Some(dir.to_path_buf()),
-        ..Default::default()
-    };
+    let opts = SourceOptions::with_dataset_dir(name, dir);
     LmData {
         spec,
         train_files: split_files(spec, Split::Train, &opts).unwrap(),
