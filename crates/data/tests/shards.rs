@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::hub_server::{Hub, shard_indices, sharded_split};
+use common::hub_server::Hub;
+use common::{shard_indices, sharded_split};
 use data::Example;
 use data::registry::{self, Split};
 use data::source::{ExampleStream, SourceOptions, StreamPosition, split_files};

@@ -1,5 +1,5 @@
-//! A small hub on 127.0.0.1 serving fixture files under the hub's URL scheme
-//! (`/api/datasets/wmt/wmt14/tree/main` and `/api/models/{owner}/{name}/tree/main`, `HEAD`/`GET
+//! A small hub on 127.0.0.1 serving fixture files under the hub's URL scheme (one dataset repo's
+//! `/api/datasets/{owner}/{name}/tree/main` and `/api/models/{owner}/{name}/tree/main`, `HEAD`/`GET
 //! .../resolve/main/{path}` with ETag, X-Repo-Commit, Content-Length and byte ranges), logging every
 //! request. Parquet files are listed as LFS files with their SHA-256, as the hub lists them.
 
@@ -14,6 +14,8 @@ use sha2::Digest;
 pub const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
 
 pub struct Hub {
+    /// The dataset repo served (`owner/name`); its files are the keys without a model's prefix.
+    pub dataset_repo: String,
     pub port: u16,
     pub files: BTreeMap<String, Vec<u8>>,
     /// (method, path, Range header) of every request.
@@ -26,9 +28,16 @@ pub struct Hub {
 }
 
 impl Hub {
+    /// Serves wmt14's repo (`wmt/wmt14`) and model repos.
     pub fn start(files: BTreeMap<String, Vec<u8>>) -> Arc<Hub> {
+        Self::start_repo("wmt/wmt14", files)
+    }
+
+    /// Serves dataset repo `repo` (`owner/name`) and model repos.
+    pub fn start_repo(repo: &str, files: BTreeMap<String, Vec<u8>>) -> Arc<Hub> {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let hub = Arc::new(Hub {
+            dataset_repo: repo.to_string(),
             port: listener.local_addr().unwrap().port(),
             files,
             log: Mutex::new(Vec::new()),
@@ -82,8 +91,10 @@ impl Hub {
 
         // Listings: the dataset repo's files are the keys without a model owner's prefix, a model
         // repo's are the keys under `<owner>/<name>/`.
+        let listing_prefix = format!("/api/datasets/{}/tree/main", self.dataset_repo);
+        let resolve_prefix = format!("/datasets/{}/resolve/main/", self.dataset_repo);
         let listing = match (
-            path.strip_prefix("/api/datasets/wmt/wmt14/tree/main"),
+            path.strip_prefix(listing_prefix.as_str()),
             path.strip_prefix("/api/models/")
                 .and_then(|p| p.split_once("/tree/main")),
         ) {
@@ -98,7 +109,15 @@ impl Hub {
             );
             let mut entries = Vec::new();
             if model.is_none() {
-                entries.push(serde_json::json!({"type": "directory", "oid": "d", "path": "de-en"}));
+                let dirs: std::collections::BTreeSet<&str> = self
+                    .files
+                    .keys()
+                    .filter_map(|p| p.split_once('/').map(|(d, _)| d))
+                    .filter(|d| *d != "google")
+                    .collect();
+                for d in dirs {
+                    entries.push(serde_json::json!({"type": "directory", "oid": "d", "path": d}));
+                }
             }
             for (p, bytes) in &self.files {
                 let p = match &model {
@@ -126,7 +145,7 @@ impl Hub {
         }
         // Dataset files are keyed by their path in the repo, model files by `<owner>/<name>/<path>`.
         let file = match (
-            path.strip_prefix("/datasets/wmt/wmt14/resolve/main/"),
+            path.strip_prefix(resolve_prefix.as_str()),
             path.split_once("/resolve/main/"),
         ) {
             (Some(f), _) => f.to_string(),
@@ -237,46 +256,4 @@ impl Hub {
         }
         out
     }
-}
-
-/// `shards` train files of wmt14's `de-en` in the hub's naming, `rows` sentence pairs each
-/// ("Satz R von Teil S" / "Sentence R of shard S"), and one validation file.
-pub fn sharded_split(shards: usize, rows: usize) -> BTreeMap<String, Vec<u8>> {
-    let dir = tempfile::tempdir().unwrap();
-    let mut files = BTreeMap::new();
-    let mut put = |name: String, shard: usize| {
-        let en: Vec<String> = (0..rows)
-            .map(|r| format!("Sentence {r} of shard {shard}"))
-            .collect();
-        let de: Vec<String> = (0..rows)
-            .map(|r| format!("Satz {r} von Teil {shard}"))
-            .collect();
-        let en: Vec<&str> = en.iter().map(String::as_str).collect();
-        let de: Vec<&str> = de.iter().map(String::as_str).collect();
-        let path = dir.path().join("f.parquet");
-        super::write_parquet(
-            &path,
-            vec![(
-                "translation",
-                super::structs(vec![("de", super::utf8(&de)), ("en", super::utf8(&en))]),
-            )],
-            rows,
-            super::Strings::Plain,
-        );
-        files.insert(name, std::fs::read(&path).unwrap());
-    };
-    for s in 0..shards {
-        put(format!("de-en/train-{s:05}-of-{shards:05}.parquet"), s);
-    }
-    put("de-en/validation-00000-of-00001.parquet".into(), 999);
-    files
-}
-
-/// The train shards' indices among `fetched`'s files.
-pub fn shard_indices(fetched: &BTreeMap<String, usize>) -> Vec<usize> {
-    fetched
-        .keys()
-        .filter_map(|f| f.strip_prefix("de-en/train-"))
-        .map(|f| f[..5].parse().unwrap())
-        .collect()
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod hub_server;
+pub mod walkthrough;
 
 use std::io::Write;
 use std::path::Path;
@@ -384,4 +385,79 @@ pub fn peek(name: &str, split: &str, data_dir: &Path) -> Vec<serde_json::Value> 
     out.lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// `shards` train files of wmt14's `de-en` in the hub's naming, `rows` sentence pairs each
+/// ("Satz R von Teil S" / "Sentence R of shard S"), and one validation file.
+pub fn sharded_split(shards: usize, rows: usize) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = std::collections::BTreeMap::new();
+    let mut put = |name: String, shard: usize| {
+        let en: Vec<String> = (0..rows)
+            .map(|r| format!("Sentence {r} of shard {shard}"))
+            .collect();
+        let de: Vec<String> = (0..rows)
+            .map(|r| format!("Satz {r} von Teil {shard}"))
+            .collect();
+        let en: Vec<&str> = en.iter().map(String::as_str).collect();
+        let de: Vec<&str> = de.iter().map(String::as_str).collect();
+        let path = dir.path().join("f.parquet");
+        write_parquet(
+            &path,
+            vec![(
+                "translation",
+                structs(vec![("de", utf8(&de)), ("en", utf8(&en))]),
+            )],
+            rows,
+            Strings::Plain,
+        );
+        files.insert(name, std::fs::read(&path).unwrap());
+    };
+    for s in 0..shards {
+        put(format!("de-en/train-{s:05}-of-{shards:05}.parquet"), s);
+    }
+    put("de-en/validation-00000-of-00001.parquet".into(), 999);
+    files
+}
+
+/// The train shards' indices among `fetched`'s files.
+pub fn shard_indices(fetched: &std::collections::BTreeMap<String, usize>) -> Vec<usize> {
+    fetched
+        .keys()
+        .filter_map(|f| f.strip_prefix("de-en/train-"))
+        .map(|f| f[..5].parse().unwrap())
+        .collect()
+}
+
+/// PG-19's repo as the walkthrough fetches it: two train files and a validation file in its
+/// layout (`data/{split}-NNNNN-of-MMMMM-<hash>.parquet`), one book each, its text naming the file.
+pub fn pg19_repo() -> std::collections::BTreeMap<String, Vec<u8>> {
+    let dir = tempfile::tempdir().unwrap();
+    [
+        "data/train-00000-of-00002-aa11.parquet",
+        "data/train-00001-of-00002-bb22.parquet",
+        "data/validation-00000-of-00001-cc33.parquet",
+    ]
+    .into_iter()
+    .map(|name| {
+        let path = dir.path().join("f.parquet");
+        write_pg19_book(&path, &format!("A book from {name}."));
+        (name.to_string(), std::fs::read(&path).unwrap())
+    })
+    .collect()
+}
+
+/// One PG-19 row (its mirror's columns and types) with `text`.
+pub fn write_pg19_book(path: &Path, text: &str) {
+    write_parquet(
+        path,
+        vec![
+            ("short_book_title", large_utf8(&["A Book"])),
+            ("publication_date", Arc::new(Int32Array::from(vec![1900]))),
+            ("url", large_utf8(&["http://www.gutenberg.org/ebooks/0"])),
+            ("text", large_utf8(&[text])),
+        ],
+        1,
+        Strings::Plain,
+    );
 }
