@@ -170,19 +170,12 @@ fn not_under_data_dir(spec: &DatasetSpec, opts: &SourceOptions) -> String {
 /// dataset the split's size from the hub's listing (and how much of it is cached), or why the size
 /// cannot be known (offline, hub unreachable). Downloads nothing.
 pub fn data_need(spec: &DatasetSpec, split: Split, opts: &SourceOptions) -> String {
-    let size = |files: &[PathBuf]| -> u64 {
-        files
-            .iter()
-            .filter_map(|f| std::fs::metadata(f).ok())
-            .map(|m| m.len())
-            .sum()
-    };
     let local = |root: PathBuf, what: &str| match files_under(spec, split, &root) {
         Ok(f) if !f.is_empty() => format!(
             "{what} {}: {} files, {}",
             root.display(),
             f.len(),
-            human_bytes(size(&f))
+            human_bytes(bytes_on_disk(&f))
         ),
         _ => format!(
             "{what} {}: no file {} there yet",
@@ -207,12 +200,7 @@ fn hub_need(
     repo: &str,
     revision: &str,
 ) -> String {
-    let cached = crate::hub::cached_split_files(spec, split).unwrap_or_default();
-    let cached = cached
-        .iter()
-        .filter_map(|f| std::fs::metadata(f).ok())
-        .map(|m| m.len())
-        .sum::<u64>();
+    let cached = bytes_on_disk(&crate::hub::cached_split_files(spec, split).unwrap_or_default());
     let listing = if opts.offline {
         Err("offline".to_string())
     } else {
@@ -242,6 +230,15 @@ fn hub_need(
     revision: &str,
 ) -> String {
     format!("hub {repo}@{revision}: size unknown (this build has no hub support)")
+}
+
+/// The bytes of those of `files` that are on disk.
+pub fn bytes_on_disk(files: &[PathBuf]) -> u64 {
+    files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum()
 }
 
 /// Bytes as MB or GB (decimal, as the hub shows sizes).

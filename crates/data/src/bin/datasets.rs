@@ -162,11 +162,7 @@ fn run(command: Command) -> Result<()> {
                 if n < all.len() {
                     println!("{} {split}: the first {n} of {} files", d.name, all.len());
                 }
-                let bytes: u64 = files
-                    .iter()
-                    .filter_map(|f| std::fs::metadata(f).ok())
-                    .map(|m| m.len())
-                    .sum();
+                let bytes = data::source::bytes_on_disk(files);
                 println!(
                     "{} {split}: {} files, {:.1} MB",
                     d.name,
