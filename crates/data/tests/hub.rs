@@ -370,17 +370,20 @@ fn shards_are_fetched_as_read() {
     // Shard 7 arrives corrupt: refused, with its name, and neither the blob nor a partial kept.
     let bad = "de-en/train-00007-of-00050.parquet";
     *hub.tamper.lock().unwrap() = Some(bad.into());
-    let (code, _, err) = datasets(
-        &[
-            "fetch",
-            "wmt14_de_en",
-            "--split",
-            "train",
-            "--max-shards",
-            "8",
-        ],
-        &env,
-    );
+    let fetch_8 = || {
+        datasets(
+            &[
+                "fetch",
+                "wmt14_de_en",
+                "--split",
+                "train",
+                "--max-shards",
+                "8",
+            ],
+            &env,
+        )
+    };
+    let (code, _, err) = fetch_8();
     assert_ne!(code, 0);
     let last = err.lines().last().unwrap_or_default();
     assert!(
@@ -398,17 +401,7 @@ fn shards_are_fetched_as_read() {
 
     // Served intact again: the same command completes it.
     *hub.tamper.lock().unwrap() = None;
-    let (code, _, err) = datasets(
-        &[
-            "fetch",
-            "wmt14_de_en",
-            "--split",
-            "train",
-            "--max-shards",
-            "8",
-        ],
-        &env,
-    );
+    let (code, _, err) = fetch_8();
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read(snapshot.join(bad)).unwrap(), files[bad]);
 }
