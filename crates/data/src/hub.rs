@@ -95,27 +95,59 @@ pub struct ListedFile {
     pub sha256: Option<String>,
 }
 
+/// Every file of a repo at a revision, as the hub lists it, or why it could not be listed.
+type RepoListing = std::result::Result<Vec<ListedFile>, String>;
+
+/// The repo's whole listing, asked of the hub once per process for each endpoint, repo and revision:
+/// every split of a repo is read from the same listing, so a dry run over a pipeline's datasets
+/// sends one request per repo (and, with no network, waits for one timeout per repo, not per split).
+fn repo_listing(repo: &str, revision: &str) -> RepoListing {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    /// (endpoint, repo, revision) → listing.
+    type Listings = HashMap<(String, String, String), RepoListing>;
+    static LISTINGS: OnceLock<Mutex<Listings>> = OnceLock::new();
+    let endpoint = std::env::var("HF_ENDPOINT").unwrap_or_default();
+    let key = (endpoint, repo.to_string(), revision.to_string());
+    let listings = LISTINGS.get_or_init(Default::default);
+    if let Some(hit) = listings.lock().unwrap().get(&key) {
+        return hit.clone();
+    }
+    let listing = repository(repo)
+        .map_err(|e| format!("{e:#}"))
+        .and_then(|r| {
+            r.list_tree()
+                .revision(revision.to_string())
+                .recursive(true)
+                .send()
+                .map_err(|e| format!("listing {repo}@{revision}: {e}"))
+        })
+        .map(|entries| {
+            entries
+                .into_iter()
+                .filter_map(|e| match e {
+                    RepoTreeEntry::File {
+                        path, size, lfs, ..
+                    } => Some(ListedFile {
+                        path,
+                        size,
+                        sha256: lfs.and_then(|l| l.sha256),
+                    }),
+                    _ => None,
+                })
+                .collect()
+        });
+    listings.lock().unwrap().insert(key, listing.clone());
+    listing
+}
+
 /// The split's files in the repo, from the hub's file listing, in reading order.
 pub fn list_split(spec: &DatasetSpec, split: Split) -> Result<Vec<ListedFile>> {
     let (repo, revision) = hub_origin(spec)?;
-    let entries = repository(repo)?
-        .list_tree()
-        .revision(revision.to_string())
-        .recursive(true)
-        .send()
-        .map_err(|e| anyhow!("listing {repo}@{revision}: {e}"))?;
-    let mut files: Vec<ListedFile> = entries
+    let mut files: Vec<ListedFile> = repo_listing(repo, revision)
+        .map_err(|e| anyhow!(e))?
         .into_iter()
-        .filter_map(|e| match e {
-            RepoTreeEntry::File {
-                path, size, lfs, ..
-            } if spec.matches(&path, split) => Some(ListedFile {
-                path,
-                size,
-                sha256: lfs.and_then(|l| l.sha256),
-            }),
-            _ => None,
-        })
+        .filter(|f| spec.matches(&f.path, split))
         .collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(files)

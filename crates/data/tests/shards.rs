@@ -1,7 +1,7 @@
 //! A stream reopened at a saved position fetches the shard it stands in (and the read-ahead), not
 //! the ones before it: a resumed run downloads from where its data stream stands. One test in its
 //! own binary, because it points this process's hub client at the local server through the
-//! environment.
+//! environment. The splits of a repo share one listing request.
 
 mod common;
 
@@ -29,6 +29,17 @@ fn a_resumed_stream_fetches_from_its_position() {
         "listing the split downloaded shards: {:?}",
         hub.fetched()
     );
+    // Every split of a repo reads one listing: the validation split asks the hub nothing more.
+    let validation = split_files(spec, Split::Validation, &SourceOptions::default()).unwrap();
+    assert_eq!(validation.len(), 1);
+    let listings = hub
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, target, _)| target.contains("/tree/main"))
+        .count();
+    assert_eq!(listings, 1, "the repo was listed {listings} times");
 
     let at = StreamPosition { file: 30, row: 18 };
     let first: Vec<Example> = ExampleStream::open_at(spec, files, at)
