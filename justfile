@@ -34,6 +34,10 @@ data:
 datasets *args:
     cargo run --profile {{cargo_profile}} --quiet -p data --bin datasets -- {{args}}
 
+# Pack the wgpu binaries, the Vulkan loader and the PyTorch anchor's wheels for a GPU machine (target/gpu-check, under 64 MiB); `just gpu-check --local` also runs the check here at smoke scale on lavapipe (experiments/gpu_check/)
+gpu-check *args:
+    REPRO_CARGO_PROFILE={{cargo_profile}} bash experiments/gpu_check/pack.sh {{args}}
+
 # Score predictions as the GQA paper does: `just score rouge --input preds.jsonl [--stem]`, `bleu [--tokenize 13a|intl]`, `triviaqa`
 score metric *args:
     cargo run --profile {{cargo_profile}} --quiet -p metrics --bin score -- {{metric}} {{args}}
