@@ -14,8 +14,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use hf_hub::repository::{RepoTreeEntry, RepoType};
 use hf_hub::{HFClient, HFClientSync, HFRepositorySync, RepoTypeDataset, RepoTypeModel};
 
+use crate::files::list_dir;
 use crate::registry::{DatasetSpec, Origin, Split};
-use crate::source::list_dir;
 
 /// Bytes per ranged request; `REPRO_HUB_CHUNK_BYTES` overrides it (the tests use small chunks).
 const DEFAULT_CHUNK_BYTES: u64 = 64 << 20;

@@ -10,11 +10,13 @@
 //! - [`tokenize`]: `tokenizer.json` files, trained BPE/Unigram tokenizers, a byte-level fallback.
 //! - [`tasks`]: causal-LM packing, BERT masking, T5 span corruption, seq2seq and QA formatting, each
 //!   deterministic given a seed and resumable from a saved position.
+//! - [`files`]: a folder's listing and a file list's size on disk.
 //! - [`corpus`]: building the offline `gutenberg_shakespeare` corpus and its derived seq2seq tasks.
 
 pub mod corpus;
 pub mod epochs;
 pub mod example;
+pub mod files;
 #[cfg(feature = "hub")]
 pub mod hub;
 pub mod read;

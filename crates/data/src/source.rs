@@ -11,6 +11,7 @@ use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::example::Example;
+use crate::files::{bytes_on_disk, list_dir};
 use crate::read::{JsonGzRows, ParquetRows, Record, TextPairRows};
 use crate::registry::{DatasetSpec, ExampleKind, Layout, Origin, Split};
 
@@ -82,31 +83,6 @@ impl Default for SourceOptions {
                 .unwrap_or_else(|| PathBuf::from("data")),
         }
     }
-}
-
-/// All files under `root`, as `/`-separated paths relative to it, sorted.
-pub fn list_dir(root: &Path) -> Result<Vec<String>> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let path = entry.path();
-            if path.is_dir() {
-                walk(root, &path, out)?;
-            } else if let Ok(rel) = path.strip_prefix(root) {
-                let rel: Vec<String> = rel
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                    .collect();
-                out.push(rel.join("/"));
-            }
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    walk(root, root, &mut out)
-        .map_err(|e| anyhow::anyhow!("cannot list {}: {e}", root.display()))?;
-    out.sort();
-    Ok(out)
 }
 
 /// The files of `split`, in the order they are read.
@@ -230,15 +206,6 @@ fn hub_need(
     revision: &str,
 ) -> String {
     format!("hub {repo}@{revision}: size unknown (this build has no hub support)")
-}
-
-/// The bytes of those of `files` that are on disk.
-pub fn bytes_on_disk(files: &[PathBuf]) -> u64 {
-    files
-        .iter()
-        .filter_map(|f| std::fs::metadata(f).ok())
-        .map(|m| m.len())
-        .sum()
 }
 
 /// Bytes as MB or GB (decimal, as the hub shows sizes).

@@ -162,7 +162,7 @@ fn run(command: Command) -> Result<()> {
                 if n < all.len() {
                     println!("{} {split}: the first {n} of {} files", d.name, all.len());
                 }
-                let bytes = data::source::bytes_on_disk(files);
+                let bytes = data::files::bytes_on_disk(files);
                 println!(
                     "{} {split}: {} files, {:.1} MB",
                     d.name,
