@@ -107,16 +107,17 @@ impl LineChart {
             .build_cartesian_2d(x0 - px..x1 + px, y0 - py..y1 + py)
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         let (xs, ys) = (self.x_scale, self.y_scale);
-        let fmt = move |scale: Scale, v: f64| match scale {
-            Scale::Linear => tick_label(v),
-            Scale::Log2 => tick_label(2f64.powf(v)),
-        };
+        let (x_powers, y_powers) = (
+            spans_powers_of_two(x0 - px, x1 + px),
+            spans_powers_of_two(y0 - py, y1 + py),
+        );
+        let fmt = move |scale: Scale, powers: bool, v: f64| axis_label(scale, powers, v);
         chart
             .configure_mesh()
             .x_desc(&self.x_label)
             .y_desc(&self.y_label)
-            .x_label_formatter(&|v| fmt(xs, *v))
-            .y_label_formatter(&|v| fmt(ys, *v))
+            .x_label_formatter(&|v| fmt(xs, x_powers, *v))
+            .y_label_formatter(&|v| fmt(ys, y_powers, *v))
             .label_style(("sans-serif", 14))
             .draw()
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
@@ -197,6 +198,23 @@ fn save_figure(stem: &Path, size: (u32, u32), figure: &impl Figure) -> Result<()
 
 /// An axis tick: three significant digits (0.00123, 0.0421, 1.5, 512), trailing zeros dropped,
 /// so that ticks over a small range (device-hours of short runs) stay distinct.
+/// Whether a log2 axis over `[a, b]` (in log2 units) holds two or more powers of two.
+fn spans_powers_of_two(a: f64, b: f64) -> bool {
+    b.floor() - a.ceil() >= 1.0
+}
+
+/// The label of the mesh tick at `v` (in the axis' own units: log2 of the value on a log axis). A log
+/// axis holding two or more powers of two (`powers_only`) is labelled at the powers alone (512,
+/// 1024, 2048), not at the mesh's in-between ticks, which would read 724, 1448.
+fn axis_label(scale: Scale, powers_only: bool, v: f64) -> String {
+    match scale {
+        Scale::Linear => tick_label(v),
+        Scale::Log2 if powers_only && (v - v.round()).abs() > 1e-9 => String::new(),
+        Scale::Log2 if powers_only => tick_label(2f64.powf(v.round())),
+        Scale::Log2 => tick_label(2f64.powf(v)),
+    }
+}
+
 pub fn tick_label(v: f64) -> String {
     if v == 0.0 || !v.is_finite() {
         return format!("{v}");
@@ -226,6 +244,21 @@ mod tests {
                 "0.00123", "0.0125", "0.0421", "0.5", "1.5", "42", "512", "8192", "0"
             ]
         );
+    }
+
+    #[test]
+    fn log_axes_over_several_powers_are_labelled_at_the_powers_only() {
+        // 512 .. 8192 on a log2 axis: the mesh's half-way ticks (724, 1448, ...) carry no label.
+        assert!(spans_powers_of_two(8.8, 13.2));
+        let labels: Vec<String> = [9.0, 9.5, 10.0, 10.5, 13.0]
+            .iter()
+            .map(|&v| axis_label(Scale::Log2, true, v))
+            .collect();
+        assert_eq!(labels, ["512", "", "1024", "", "8192"]);
+        // Within one power (600 .. 900) every tick is labelled with its value.
+        assert!(!spans_powers_of_two(9.2, 9.8));
+        assert_eq!(axis_label(Scale::Log2, false, 9.5), "724");
+        assert_eq!(axis_label(Scale::Linear, true, 9.5), "9.5");
     }
 
     #[test]
