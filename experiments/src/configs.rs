@@ -8,7 +8,10 @@
 //! ```
 //!
 //! as t5x layers size → run type → experiment, so that an experiment's file holds only what makes
-//! it differ. The resolved configuration is what each experiment saves in its `config.json`.
+//! it differ. What an experiment's three profiles share lives in its `base.toml`, which each
+//! profile extends as `extends = "fig6/base"`; a profile file then holds only what its scale
+//! changes. The resolved configuration is what each experiment saves in its `config.json` (and
+//! `--print-config` prints).
 
 use anyhow::{Context, Result, bail};
 
@@ -52,6 +55,30 @@ builtin_configs!(
     "gqa_fig5",
 );
 
+macro_rules! base_configs {
+    ($($id:literal),* $(,)?) => {
+        /// The base config of experiment `id` (`configs/<id>/base.toml`: what its profiles share),
+        /// if it has one.
+        pub fn base(id: &str) -> Option<&'static str> {
+            match id {
+                $($id => Some(include_str!(concat!("../configs/", $id, "/base.toml"))),)*
+                _ => None,
+            }
+        }
+    };
+}
+
+base_configs!("fig6");
+
+/// The text of the layer `extends` names: `ID` (experiment ID's config of `profile`) or `ID/base`
+/// (ID's base config).
+fn layer(name: &str, profile: Profile) -> Option<&'static str> {
+    match name.strip_suffix("/base") {
+        Some(id) => base(id),
+        None => builtin(name, profile),
+    }
+}
+
 /// The LM sweeps (their binaries' `main` is [`crate::lm_sweep_main`]): the experiments whose runs
 /// can train in `--jobs` worker processes.
 pub const LM_SWEEPS: &[&str] = &[
@@ -82,7 +109,7 @@ pub fn resolve(table: toml::Table, profile: Profile, source: &str) -> Result<tom
         };
         let Some(id) = base.as_str().map(str::to_string) else {
             bail!(
-                "{}: `extends` must be an experiment id, e.g. extends = \"fig6\"",
+                "{}: `extends` must be an experiment id or its base, e.g. extends = \"fig6\" or \"fig6/base\"",
                 chain[chain.len() - 1]
             );
         };
@@ -92,9 +119,9 @@ pub fn resolve(table: toml::Table, profile: Profile, source: &str) -> Result<tom
                 chain.join(" → ")
             );
         }
-        let text = builtin(&id, profile).with_context(|| {
+        let text = layer(&id, profile).with_context(|| {
             format!(
-                "{}: extends `{id}`, which has no built-in config; known: {}",
+                "{}: extends `{id}`, which has no built-in config; known: {} (and ID/base where configs/ID/base.toml exists)",
                 chain[chain.len() - 1],
                 IDS.join(", ")
             )
@@ -159,21 +186,39 @@ mod tests {
         assert!(!resolved.contains_key("extends"));
     }
 
-    /// The GQA cpu configs share one directory of stages, so everything but their rows (and
-    /// description) must be the same, or a stage one trains would not be the one another expects.
+    /// A profile holds what its scale changes over its experiment's base: the base's fields reach
+    /// every profile unless the profile sets them (fig6's cpu profile sets `models`, the others keep
+    /// the base's six).
     #[test]
-    fn the_gqa_cpu_configs_differ_only_in_their_models() {
-        let resolved = |id: &str| {
-            let mut t =
-                resolve(table(builtin(id, Profile::Cpu).unwrap()), Profile::Cpu, id).unwrap();
-            assert!(t.remove("models").is_some(), "{id} has models");
-            t.remove("description");
-            t
-        };
-        let table1 = resolved("gqa_table1");
-        assert!(table1.contains_key("stages") && table1.contains_key("sizes"));
-        for id in ["gqa_fig4", "gqa_fig5"] {
-            assert_eq!(resolved(id), table1, "{id}");
+    fn profiles_extend_their_base() {
+        let base = table(base("fig6").unwrap());
+        for profile in Profile::ALL {
+            let r = resolve(table(builtin("fig6", profile).unwrap()), profile, "fig6").unwrap();
+            assert!(!r.contains_key("extends"));
+            assert_eq!(r["optimizer"], base["optimizer"], "{}", profile.name());
+            assert_eq!(r["train_order"], base["train_order"]);
+            let models = r["models"].as_array().unwrap().len();
+            assert_eq!(models, if profile == Profile::Cpu { 3 } else { 6 });
+        }
+    }
+
+    /// The GQA configs of a profile share one recipe (and at cpu scale one directory of stages), so
+    /// everything but their rows (and description) must be the same, or a stage one trains would
+    /// not be the one another expects.
+    #[test]
+    fn the_gqa_configs_of_a_profile_differ_only_in_their_models() {
+        for profile in Profile::ALL {
+            let resolved = |id: &str| {
+                let mut t = resolve(table(builtin(id, profile).unwrap()), profile, id).unwrap();
+                assert!(t.remove("models").is_some(), "{id} has models");
+                t.remove("description");
+                t
+            };
+            let table1 = resolved("gqa_table1");
+            assert!(table1.contains_key("stages") && table1.contains_key("sizes"));
+            for id in ["gqa_fig4", "gqa_fig5"] {
+                assert_eq!(resolved(id), table1, "{id} at {}", profile.name());
+            }
         }
     }
 
@@ -181,6 +226,13 @@ mod tests {
     fn unknown_bases_and_loops_are_refused() {
         let err = resolve(table("extends = \"fig99\""), Profile::Cpu, "mine.toml").unwrap_err();
         assert!(format!("{err:#}").contains("known: table11"), "{err:#}");
+        let err = resolve(
+            table("extends = \"table11/base\""),
+            Profile::Cpu,
+            "mine.toml",
+        )
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("ID/base"), "{err:#}");
         let err = resolve(table("extends = 6"), Profile::Cpu, "mine.toml").unwrap_err();
         assert!(format!("{err:#}").contains("experiment id"), "{err:#}");
         // fig7 is not allowed to extend itself through its own id.
