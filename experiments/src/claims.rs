@@ -43,19 +43,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
+use crate::claim::Claim;
 use crate::latency::LatencyRow;
 use crate::lm_sweep::{read_rows, read_step_times, saved_config, summaries};
 use crate::verdict::{PPL_MARGIN, Pairing, Spread, StepCost, Verdict};
-
-/// One row of `claims.md`.
-pub(crate) struct Claim {
-    pub(crate) id: &'static str,
-    pub(crate) claim: String,
-    pub(crate) source: String,
-    pub(crate) ours: String,
-    pub(crate) paper: &'static str,
-    pub(crate) verdict: Option<Verdict>,
-}
 
 /// The result directory a claim's `source` links to (`[fig6](fig6/table.md)` → `fig6`).
 fn source_dir(source: &str) -> &str {
@@ -180,8 +171,9 @@ fn speedup_claims(
         }
     };
     let cost = times.as_deref().map_or(StepCost::RunHours, StepCost::Timed);
-    let chosen = crate::lr_choice::read_diverged(&dir)
-        .and_then(|diverged| crate::lr_choice::at_chosen_rates(&rows, &diverged, &config));
+    let chosen = crate::lm_sweep::lr_choice::read_diverged(&dir).and_then(|diverged| {
+        crate::lm_sweep::lr_choice::at_chosen_rates(&rows, &diverged, &config)
+    });
     let rows = match chosen {
         Ok(rows) => rows,
         Err(e) => {
@@ -461,8 +453,8 @@ fn size_claims(results: &Path) -> Vec<Claim> {
     let contexts: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.context).collect();
     let mut claims = Vec::new();
     for c in contexts {
-        let sizes = match crate::scaling::sized_models(&config, c) {
-            Ok(models) => crate::scaling::gau_vs_transformer(&rows, &models, c, pairing),
+        let sizes = match crate::lm_sweep::scaling::sized_models(&config, c) {
+            Ok(models) => crate::lm_sweep::scaling::gau_vs_transformer(&rows, &models, c, pairing),
             Err(e) => return vec![missing("F7", claim, "fig3", paper, e)],
         };
         if sizes.is_empty() {

@@ -11,7 +11,7 @@ use std::path::Path;
 use anyhow::Result;
 use report::board::{Board, BoardRow, Outcome};
 
-use crate::claims::Claim;
+use crate::claim::Claim;
 use crate::verdict::Verdict;
 
 /// A claim's statement and the setting it is decided in: the row's last parenthesis, matched

@@ -8,7 +8,7 @@
 #[global_allocator]
 static ALLOCATOR: model::runtime::Allocator = model::runtime::Allocator;
 
-pub mod ablation;
+mod claim;
 pub mod claims;
 pub mod configs;
 pub mod dry_run;
@@ -17,13 +17,10 @@ pub mod gqa_decode;
 pub mod gqa_pipeline;
 pub mod gqa_quality;
 pub mod latency;
-pub mod length_trend;
 pub mod lm_sweep;
-pub mod lr_choice;
 pub mod qa_finetune;
 pub mod run_store;
 pub mod scale;
-pub mod scaling;
 pub mod verdict;
 
 use std::path::{Path, PathBuf};

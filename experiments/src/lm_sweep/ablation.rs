@@ -10,7 +10,7 @@ use report::board::Outcome;
 use report::dots::{DotPlot, DotRow};
 use report::quality::display_name;
 
-use crate::lm_sweep::LmSweepConfig;
+use super::config::LmSweepConfig;
 use crate::verdict::{
     Pairing, Spread, SweepRow, Verdict, ablation_counts, ablation_rows, every_change_hurts,
     final_ppls,

@@ -12,9 +12,9 @@ use anyhow::{Context, Result};
 use report::{LineChart, Scale, Series};
 use serde::Serialize;
 
-use crate::lm_sweep::{
-    LmSweepConfig, read_rows, read_step_times, saved_config, speedup_verdict, summaries,
-};
+use super::calibrate::read_step_times;
+use super::config::LmSweepConfig;
+use super::results::{read_rows, saved_config, speedup_verdict, summaries};
 use crate::verdict::{StepCost, Summary, Verdict};
 
 /// One claimed model's speedup at one context and run length.
@@ -40,8 +40,8 @@ pub struct TrendRow {
 /// step-time calibration), at the contexts of `contexts`.
 fn claimed(dir: &Path, contexts: &[usize]) -> Result<(LmSweepConfig, Vec<Summary>)> {
     let config = saved_config(dir)?;
-    let diverged = crate::lr_choice::read_diverged(dir)?;
-    let rows = crate::lr_choice::at_chosen_rates(&read_rows(dir)?, &diverged, &config)?;
+    let diverged = super::lr_choice::read_diverged(dir)?;
+    let rows = super::lr_choice::at_chosen_rates(&read_rows(dir)?, &diverged, &config)?;
     let times = read_step_times(dir)?;
     let cost = times.as_deref().map_or(StepCost::RunHours, StepCost::Timed);
     let all = summaries(&rows, &config, cost)

@@ -17,7 +17,8 @@ use burn::module::Module;
 use model::{Architecture, Direction};
 use report::{LineChart, Scale, Series};
 
-use crate::lm_sweep::{LmSweepConfig, resolved_models};
+use super::config::LmSweepConfig;
+use super::models::resolved_models;
 use crate::verdict::{PPL_MARGIN, Pairing, Spread, SweepRow, Verdict, final_ppls, ppl_ratio};
 
 /// One model of a scaling sweep at one context.
@@ -211,8 +212,8 @@ pub fn charts(out: &Path, rows: &[SweepRow], config: &LmSweepConfig) -> Result<(
             title: format!(
                 "{} on {}, context {c}: final perplexity vs model size",
                 match config.objective {
-                    crate::lm_sweep::Objective::Causal => "Causal LM",
-                    crate::lm_sweep::Objective::Masked => "Masked LM",
+                    super::config::Objective::Causal => "Causal LM",
+                    super::config::Objective::Masked => "Masked LM",
                 },
                 config.dataset
             ),

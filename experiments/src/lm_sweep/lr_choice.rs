@@ -14,7 +14,7 @@ use std::path::Path;
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::lm_sweep::LmSweepConfig;
+use super::config::{EvalSplit, LmSweepConfig};
 use crate::verdict::SweepRow;
 
 /// A grid run whose training loss stopped being finite: its rate lost (validation perplexity
@@ -83,7 +83,7 @@ pub fn check_grid(config: &LmSweepConfig) -> Result<()> {
     {
         bail!("lr_grid {grid:?} must be positive learning rates in increasing order");
     }
-    if config.eval_split != crate::lm_sweep::EvalSplit::Test {
+    if config.eval_split != EvalSplit::Test {
         bail!(
             "lr_grid chooses rates on the validation split, which the curves read too: set eval_split = \"test\""
         );
@@ -298,7 +298,7 @@ mod tests {
         c.seeds = vec![0, 1];
         c.steps = 10;
         c.lr_grid = grid.to_vec();
-        c.eval_split = crate::lm_sweep::EvalSplit::Test;
+        c.eval_split = EvalSplit::Test;
         c.peak_lr_by_model.clear();
         c
     }
@@ -381,7 +381,7 @@ mod tests {
         assert!(check_grid(&config(&[0.001, 0.003])).is_err());
         assert!(check_grid(&config(&[0.003, 0.001, 0.01])).is_err());
         let mut on_validation = config(&[0.001, 0.003, 0.01]);
-        on_validation.eval_split = crate::lm_sweep::EvalSplit::Validation;
+        on_validation.eval_split = EvalSplit::Validation;
         assert!(check_grid(&on_validation).is_err());
     }
 }
