@@ -34,7 +34,7 @@
 //!   (`gqa_fig6`, XXL per-layer shapes): per interleaved round, MHA's decoding step time over MQA's
 //!   and GQA-8's above [`FAR_FASTER`], and GQA-8's over MQA's below [`CLOSE_TO_MQA`].
 //! - **G1**, **G2**, **G3** (the GQA paper's quality claims) from `gqa_table1`, `gqa_fig4` and
-//!   `gqa_fig5`: see [`crate::gqa_quality`].
+//!   `gqa_fig5`: see [`crate::gqa::quality`].
 //!
 //! `table3` (causal LM on long books, Transformer+ as the baseline, the paper's PG-19 table) adds
 //! F2 and F4 rows of its own.
@@ -665,8 +665,8 @@ fn decode_claim(results: &Path) -> Claim {
     let source = "[gqa_fig6](gqa_fig6/table.md)".to_string();
     let computed = (|| -> Result<(String, Verdict)> {
         let dir = results.join("gqa_fig6");
-        let rows = crate::gqa_decode::read_rows(&dir)?;
-        let rounds = crate::gqa_decode::read_rounds(&dir)?;
+        let rows = crate::gqa::decode::read_rows(&dir)?;
+        let rounds = crate::gqa::decode::read_rounds(&dir)?;
         let h = rows.iter().map(|r| r.n_heads).max().context("no rows")?;
         let step = |g: usize| -> std::collections::BTreeMap<usize, f64> {
             rounds
@@ -732,10 +732,10 @@ fn decode_claim(results: &Path) -> Claim {
     }
 }
 
-/// G1 (quality), G2 and G3 from the GQA uptraining experiments ([`crate::gqa_quality`]).
+/// G1 (quality), G2 and G3 from the GQA uptraining experiments ([`crate::gqa::quality`]).
 fn gqa_quality_claims(results: &Path) -> Vec<Claim> {
-    use crate::gqa_quality::{Results, g1, g2, g2_loss, g3};
-    type Decide = fn(&Results) -> Result<crate::gqa_quality::Decided>;
+    use crate::gqa::quality::{Results, g1, g2, g2_loss, g3};
+    type Decide = fn(&Results) -> Result<crate::gqa::quality::Decided>;
     let claims: [(&str, &str, &str, &str, Decide); 4] = [
         (
             "G1",
@@ -845,7 +845,7 @@ pub fn write(results: &Path) -> Result<()> {
          - **Equivalence claims** (\"competitive\", \"within\"), with a margin named in the row: *reproduced* when the whole\n\
            range lies inside the margin, *refuted* when it lies wholly outside it, *inconclusive* otherwise. F7's\n\
            \"competitive\" is one-sided (not worse by more than {:.0}% in final perplexity, `verdict::PPL_MARGIN`); G1's is a\n\
-           paired score difference within ±{} point (`gqa_quality::SCORE_MARGIN`), on at least {} seeds.\n\
+           paired score difference within ±{} point (`gqa::quality::SCORE_MARGIN`), on at least {} seeds.\n\
          - A claim of several parts (F7 at every size, F8 for every ablation, G1-time, G2) is reproduced when every part\n\
            is, refuted when one part is, inconclusive otherwise; F8 gives its counts.\n\n\
          Ranges: a speedup over every (model seed, baseline seed) pair; a step-time ratio over the interquartile range\n\
@@ -859,8 +859,8 @@ pub fn write(results: &Path) -> Result<()> {
          the result is missing.\n\n\
          | id | claim | ours | paper | verdict | scale | source |\n|---|---|---|---|---|---|---|\n",
         100.0 * PPL_MARGIN,
-        crate::gqa_quality::SCORE_MARGIN,
-        crate::gqa_quality::EQUIVALENCE_MIN_SEEDS,
+        crate::gqa::quality::SCORE_MARGIN,
+        crate::gqa::quality::EQUIVALENCE_MIN_SEEDS,
     );
     for c in &claims {
         let verdict = c

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use burn::module::Module;
 
-use crate::gqa_pipeline::{PipelineConfig, SizeConfig};
+use crate::gqa::{PipelineConfig, SizeConfig};
 use crate::lm_sweep::{LmSweepConfig, planned_model, saved_config};
 
 /// What one result's runs were.

@@ -1,6 +1,7 @@
 //! Smoke runs of the GQA experiments through the same code path as their binaries.
 
-use experiments::{Cli, gqa_decode};
+use experiments::Cli;
+use experiments::gqa::decode as gqa_decode;
 
 /// Held by every test that trains: the backend's random generator (weights, dropout) is one for
 /// the process, so two trainings at once would draw from each other's sequence and neither
@@ -136,7 +137,7 @@ fn tiny_corpus(dir: &std::path::Path) {
 #[test]
 fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
     let _training = training();
-    use experiments::gqa_pipeline;
+    use experiments::gqa;
     let out = std::env::temp_dir().join(format!("gqa-table1-smoke-{}", std::process::id()));
     let corpus = out.join("corpus");
     tiny_corpus(&corpus);
@@ -146,12 +147,12 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
     let run = |extra: &[&str]| {
         let mut args = vec!["--set", data_dir.as_str(), "--set", tasks];
         args.extend_from_slice(extra);
-        gqa_pipeline::run(cli("gqa_table1", &out, &args), &|_| {
+        gqa::run(cli("gqa_table1", &out, &args), &|_| {
             include_str!("../configs/gqa_table1/smoke.toml")
         })
     };
     run(&[]).unwrap();
-    let rows: Vec<gqa_pipeline::ScoreRow> = csv::Reader::from_path(out.join("scores.csv"))
+    let rows: Vec<gqa::ScoreRow> = csv::Reader::from_path(out.join("scores.csv"))
         .unwrap()
         .deserialize()
         .collect::<Result<_, _>>()
@@ -178,12 +179,11 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
     // The trivial baselines, by hand: the 4 training targets "You are i times fair" are equally
     // frequent, so the first in sorted order ("You are 0 times fair") is written for both scored
     // examples; ROUGE-1 F against "You are 0 …" is 1 and against "You are 1 …" 4/5: mean 90.
-    let baselines: Vec<gqa_pipeline::BaselineRow> =
-        csv::Reader::from_path(out.join("baselines.csv"))
-            .unwrap()
-            .deserialize()
-            .collect::<Result<_, _>>()
-            .unwrap();
+    let baselines: Vec<gqa::BaselineRow> = csv::Reader::from_path(out.join("baselines.csv"))
+        .unwrap()
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .unwrap();
     assert_eq!(baselines.len(), 2 * 2, "two baselines per task");
     let cues = |name: &str| {
         baselines
@@ -192,9 +192,9 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
             .unwrap()
             .score
     };
-    assert!((cues(gqa_pipeline::MOST_FREQUENT) - 90.0).abs() < 1e-9);
+    assert!((cues(gqa::MOST_FREQUENT) - 90.0).abs() < 1e-9);
     // Copying "Thou art i tymes fayre" shares only the number with "You are i times fair".
-    assert!(cues(gqa_pipeline::COPY_INPUT) <= 20.0 + 1e-9);
+    assert!(cues(gqa::COPY_INPUT) <= 20.0 + 1e-9);
     for file in [
         "table.md",
         "score_vs_time.png",
@@ -235,7 +235,7 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
     let run2 = |extra: &[&str]| {
         let mut args = vec!["--set", data_dir.as_str(), "--set", tasks];
         args.extend_from_slice(extra);
-        gqa_pipeline::run(cli("gqa_table1", &out2, &args), &|_| {
+        gqa::run(cli("gqa_table1", &out2, &args), &|_| {
             include_str!("../configs/gqa_table1/smoke.toml")
         })
     };
@@ -293,7 +293,7 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
     // are scored on the examples asked for.
     run(&["--set", "score_examples=1"]).unwrap();
     let rescored = std::fs::read_to_string(out.join("scores.csv")).unwrap();
-    let rows: Vec<gqa_pipeline::ScoreRow> = csv::Reader::from_reader(rescored.as_bytes())
+    let rows: Vec<gqa::ScoreRow> = csv::Reader::from_reader(rescored.as_bytes())
         .deserialize()
         .collect::<Result<_, _>>()
         .unwrap();
@@ -332,7 +332,7 @@ fn strip_times(csv: &str) -> Vec<String> {
 #[test]
 fn gqa_pipeline_replicates_every_seed_from_one_pretrained_model() {
     let _training = training();
-    use experiments::gqa_pipeline;
+    use experiments::gqa;
     let out = std::env::temp_dir().join(format!("gqa-seeds-{}", std::process::id()));
     let corpus = out.join("corpus");
     tiny_corpus(&corpus);
@@ -351,7 +351,7 @@ fn gqa_pipeline_replicates_every_seed_from_one_pretrained_model() {
             "--set",
             seeds,
         ];
-        gqa_pipeline::run(cli("gqa_table1", &out.join(dir), &args), &|_| {
+        gqa::run(cli("gqa_table1", &out.join(dir), &args), &|_| {
             include_str!("../configs/gqa_table1/smoke.toml")
         })
         .unwrap();
@@ -359,7 +359,7 @@ fn gqa_pipeline_replicates_every_seed_from_one_pretrained_model() {
     };
     let one = run("one", "seeds=[0]");
     let two = run("two", "seeds=[0, 1]");
-    let rows = |csv: &str| -> Vec<gqa_pipeline::ScoreRow> {
+    let rows = |csv: &str| -> Vec<gqa::ScoreRow> {
         csv::Reader::from_reader(csv.as_bytes())
             .deserialize()
             .collect::<Result<_, _>>()
@@ -435,8 +435,7 @@ fn assert_pipeline_refuses(
     config: &'static str,
     expect: &str,
 ) {
-    let err =
-        experiments::gqa_pipeline::run(cli("gqa_table1", out, args), &|_| config).unwrap_err();
+    let err = experiments::gqa::run(cli("gqa_table1", out, args), &|_| config).unwrap_err();
     assert!(format!("{err:#}").contains(expect), "{args:?}: {err:#}");
     assert!(!out.join("scores.csv").exists(), "nothing written");
 }

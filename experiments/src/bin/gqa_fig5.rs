@@ -13,7 +13,5 @@ fn builtin(profile: Profile) -> &'static str {
 }
 
 fn main() {
-    experiments::main_with("gqa_fig5", |cli| {
-        experiments::gqa_pipeline::run(cli, &builtin)
-    });
+    experiments::main_with("gqa_fig5", |cli| experiments::gqa::run(cli, &builtin));
 }

@@ -14,7 +14,5 @@ fn builtin(profile: Profile) -> &'static str {
 }
 
 fn main() {
-    experiments::main_with("gqa_table1", |cli| {
-        experiments::gqa_pipeline::run(cli, &builtin)
-    });
+    experiments::main_with("gqa_table1", |cli| experiments::gqa::run(cli, &builtin));
 }

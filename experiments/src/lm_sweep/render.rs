@@ -178,14 +178,14 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
             body += &chunking_table(&rows, &all, Pairing::of(config.train_order))
         }
         SweepTable::Ablation => {
-            body += &crate::lm_sweep::ablation::table(&rows, &config);
-            crate::lm_sweep::ablation::charts(out, &rows, &config)?;
+            body += &super::ablation::table(&rows, &config);
+            super::ablation::charts(out, &rows, &config)?;
         }
         SweepTable::Scaling => {
-            body += &crate::lm_sweep::scaling::section(&rows, &config)?;
-            crate::lm_sweep::scaling::charts(out, &rows, &config)?;
+            body += &super::scaling::section(&rows, &config)?;
+            super::scaling::charts(out, &rows, &config)?;
         }
-        SweepTable::LengthTrend => body += &crate::lm_sweep::length_trend::section(out, &config)?,
+        SweepTable::LengthTrend => body += &super::length_trend::section(out, &config)?,
     }
     md += &body;
     let objective = match config.objective {
@@ -205,13 +205,7 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
                     .iter()
                     .find(|s| &s.model == m && s.context == c)
                     .and_then(|s| s.timed_seconds);
-                seed_curve(
-                    &rows,
-                    m,
-                    c,
-                    timed,
-                    crate::lm_sweep::ablation::label(&config, m),
-                )
+                seed_curve(&rows, m, c, timed, super::ablation::label(&config, m))
             })
             .collect();
         let Some(base) = all.iter().find(|s| &s.model == baseline && s.context == c) else {

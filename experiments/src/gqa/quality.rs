@@ -1,5 +1,5 @@
 //! The GQA paper's quality claims, decided from the uptraining experiments' `scores.csv` and
-//! `baselines.csv` (written by [`crate::gqa_pipeline`]):
+//! `baselines.csv` (written by [`crate::gqa`]):
 //!
 //! - **G1** (`gqa_table1`): GQA-XXL's average score is close to MHA-XXL's, an equivalence claim:
 //!   the per-seed difference GQA − MHA within ±[`SCORE_MARGIN`] over every seed reproduces it,
@@ -25,7 +25,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use crate::gqa_pipeline::{BaselineRow, ScoreRow, average_scores, read_scores};
+use super::scores::{BaselineRow, ScoreRow, average_scores, read_scores};
 use crate::verdict::{Spread, Verdict};
 
 /// Seeds a claim that rests on a difference needs before it can be decided.
@@ -417,7 +417,7 @@ mod tests {
             .map(|t| BaselineRow {
                 task: (*t).into(),
                 metric: "rouge1".into(),
-                baseline: crate::gqa_pipeline::COPY_INPUT.into(),
+                baseline: crate::gqa::COPY_INPUT.into(),
                 score: best,
             })
             .collect()

@@ -167,9 +167,9 @@ pub struct RoundRow {
 
 fn builtin(profile: Profile) -> &'static str {
     match profile {
-        Profile::Smoke => include_str!("../configs/gqa_fig6/smoke.toml"),
-        Profile::Cpu => include_str!("../configs/gqa_fig6/cpu.toml"),
-        Profile::Paper => include_str!("../configs/gqa_fig6/paper.toml"),
+        Profile::Smoke => include_str!("../../configs/gqa_fig6/smoke.toml"),
+        Profile::Cpu => include_str!("../../configs/gqa_fig6/cpu.toml"),
+        Profile::Paper => include_str!("../../configs/gqa_fig6/paper.toml"),
     }
 }
 

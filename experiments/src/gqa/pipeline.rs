@@ -1,0 +1,538 @@
+//! `run`: the uptraining experiment end to end (pre-train, convert, uptrain, fine-tune, score, time),
+//! and its `--dry-run`.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Result, anyhow};
+use burn::prelude::*;
+use data::registry::{self, Split};
+use data::source::{SourceOptions, split_files};
+use data::tasks::Seq2SeqTask;
+use data::tokenize::{self, TokenizerSpec};
+use model::t5::{T5Config, T5Model, convert_kv_heads};
+use training::t5_task::{
+    FineTuneTask, RandomCopyTask, SpanCorruptionTask, first_examples, generate,
+};
+use training::trainer::{Task, TrainConfig, stop_on_ctrl_c};
+use training::write_atomic;
+
+use super::config::{ModelSpec, PipelineConfig, StageConfig, pretrain_origin};
+use super::render::render;
+use super::scores::{ScoreRow, score, trivial_baselines, write_scores};
+use super::stages::{
+    Scoring, Sources, SpanLosses, Stage, UpstreamModel, load_pretrained, model_key, time_per_sample,
+};
+use crate::Cli;
+
+/// `--dry-run` of the pipeline: every stage it would train (pre-training per size without a
+/// checkpoint, uptraining per converted model, fine-tuning per model and task) built on the
+/// device and planned, the decoding cache per example beside the fine-tuned models; with `step`,
+/// one real step of each stage on one synthetic example.
+pub(super) fn dry_run_pipeline(
+    cli: &Cli,
+    config: &PipelineConfig,
+    mode: crate::dry_run::DryRun,
+) -> Result<()> {
+    use crate::dry_run::{RunPlan, SyntheticSeq2Seq, param_stats, real_step};
+    let device = cli.one_device()?.train_device()?;
+    let build = device.clone().without_autodiff();
+    let vocab = crate::dry_run::vocab_size(&config.tokenizer)?;
+    let span_targets = config.pretrain_objective.target_length(config.input_length);
+    // (plan, model, train config, input and target lengths)
+    let mut stages: Vec<(RunPlan, T5Config, TrainConfig, (usize, usize))> = Vec::new();
+    let mut plan = |(label, runs): (String, usize),
+                    t5: T5Config,
+                    (stage, train): (&StageConfig, TrainConfig),
+                    (s, t): (usize, usize),
+                    decodes: bool| {
+        let (params, optimizer_floats) = param_stats(&t5.init(&build), &stage.optimizer);
+        stages.push((
+            RunPlan {
+                label,
+                runs,
+                params,
+                tokens_per_step: stage.batch * (s + t),
+                steps: train.steps,
+                optimizer_floats,
+                activation_floats: t5.activation_floats(stage.batch, s, t),
+                kv_cache_floats: if decodes {
+                    t5.kv_cache_floats_per_sequence(s, t)
+                } else {
+                    0.0
+                },
+                train_flops: t5.train_flops(stage.batch, s, t) * train.steps as f64,
+                step_seconds: None,
+            },
+            t5,
+            train,
+            (s, t),
+        ));
+    };
+    let span = (config.input_length, span_targets);
+    // Uptraining and fine-tuning run once per replicate.
+    let replicates = config.replicate_seeds().len();
+    let mut sizes_done = Vec::new();
+    for m in &config.models {
+        let t5 = config
+            .t5(&m.size, config.pretrain.dropout)?
+            .with_vocab_size(vocab);
+        if config.sizes[&m.size].checkpoint.is_none() && !sizes_done.contains(&m.size) {
+            sizes_done.push(m.size.clone());
+            let warmup = &config.copy_warmup;
+            if warmup.steps > 0 {
+                let stage = warmup.stage(&config.pretrain);
+                let train = warmup.train(&config.pretrain, config.seed);
+                let len = warmup.length + 1;
+                plan(
+                    (format!("copy warm-up {}", m.size), 1),
+                    t5.clone(),
+                    (&stage, train),
+                    (len, len),
+                    false,
+                );
+            }
+            let train = config.pretrain.train(config.pretrain.steps, config.seed);
+            plan(
+                (format!("pretrain {}", m.size), 1),
+                t5.clone(),
+                (&config.pretrain, train),
+                span,
+                false,
+            );
+        }
+        let t5 = match m.kv_heads {
+            Some(groups) => t5.with_n_kv_heads(groups),
+            None => t5,
+        };
+        let steps = (m.alpha * config.pretrain.steps as f64).round() as usize;
+        if m.kv_heads.is_some() && steps > 0 {
+            plan(
+                (format!("uptrain {}", m.name), replicates),
+                t5.clone(),
+                (&config.pretrain, config.uptrain(steps, config.seed)),
+                span,
+                false,
+            );
+        }
+        for task in &config.tasks {
+            let train = config.finetune.train(config.finetune.steps, config.seed);
+            plan(
+                (format!("finetune {} on {}", m.name, task.name), replicates),
+                t5.clone().with_dropout(config.finetune.dropout),
+                (&config.finetune, train),
+                (task.input_length, task.target_length),
+                true,
+            );
+        }
+    }
+    let plans: Vec<RunPlan> = stages.iter().map(|(p, ..)| p.clone()).collect();
+    crate::dry_run::print(cli, "", &plans);
+    let both = [Split::Train, Split::Validation];
+    let reads: Vec<(&str, &[Split])> = std::iter::once(config.corpus.as_str())
+        .chain(config.tasks.iter().map(|t| t.dataset.as_str()))
+        .map(|d| (d, &both[..]))
+        .collect();
+    crate::dry_run::print_data(
+        &SourceOptions::from_config(&config.data_dir, &config.data_dirs)?,
+        &reads,
+    )?;
+    if mode == crate::dry_run::DryRun::Step {
+        for (p, t5, train, (s, t)) in &stages {
+            let estimate = p.bytes_with_activations(t5.activation_floats(1, *s, *t));
+            real_step(
+                &p.label,
+                (estimate, s + t),
+                || t5.init(&device),
+                SyntheticSeq2Seq::new(*s, *t, t5.vocab_size),
+                train,
+                &device,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs the pipeline (or only the report, with `--report`).
+pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result<()> {
+    if cli.report_only {
+        return cli.rerender(render);
+    }
+    let config: PipelineConfig = cli.load_config(builtin)?;
+    config.validate()?;
+    if let Some(mode) = cli.dry_run {
+        return dry_run_pipeline(&cli, &config, mode);
+    }
+    let options = SourceOptions::from_config(&config.data_dir, &config.data_dirs)?;
+    let corpus = registry::lookup(&config.corpus)?;
+    let corpus_files = split_files(corpus, Split::Train, &options)?;
+    let tokenizer: TokenizerSpec = config.tokenizer.parse()?;
+    let tok = tokenize::for_corpus(&tokenizer, corpus, &corpus_files, &options)?;
+    let sources = Sources { options, tok };
+    let provenance = cli.save_provenance(&config)?;
+    let device = cli.one_device()?.train_device()?;
+    let stop = stop_on_ctrl_c();
+    let stages = if config.stages.is_empty() {
+        cli.out.join("stages")
+    } else {
+        PathBuf::from(&config.stages)
+    };
+    let vocab = sources.tok.vocab_size();
+    let span_targets = config.pretrain_objective.target_length(config.input_length);
+
+    // Pre-training and uptraining: span corruption on the corpus with the pre-training schedule.
+    // A stage is only named and recorded here; it trains (or loads its finished model) when run,
+    // which happens only when a stage downstream of it has no scored result yet.
+    let (device_ref, stop_ref) = (&device, &stop);
+    let span_stage = |dir: String,
+                      label: String,
+                      origin: serde_json::Value,
+                      train: TrainConfig,
+                      t5: &T5Config| Stage {
+        dir: stages.join(dir),
+        label,
+        origin,
+        train,
+        flops_per_step: t5.train_flops(config.pretrain.batch, config.input_length, span_targets),
+        config: t5.clone(),
+        device: device_ref,
+        stop: stop_ref,
+    };
+    let span_task = |data_seed: u64| {
+        anyhow::Ok(
+            SpanCorruptionTask::new(
+                sources.data(&config.corpus)?,
+                config.pretrain.batch,
+                config.input_length,
+                config.pretrain.eval_size,
+                (data_seed, config.pretrain_objective),
+            )?
+            .with_random_copy(config.pretrain_random_copy),
+        )
+    };
+
+    // The copy warm-up before pre-training (none when `copy_warmup.steps` is 0), and pre-training
+    // from its model (or from random weights), recording the warm-up in its lineage.
+    let copy_warmup_stage = |size: &str, t5: &T5Config| {
+        let warmup = &config.copy_warmup;
+        (warmup.steps > 0).then(|| Stage {
+            dir: stages.join(format!("copy-warmup-{size}")),
+            label: format!("copy warm-up {size}"),
+            origin: serde_json::json!({ "init": "random", "seed": config.seed }),
+            train: warmup.train(&config.pretrain, config.seed),
+            flops_per_step: t5.train_flops(warmup.batch, warmup.length + 1, warmup.length + 1),
+            config: t5.clone(),
+            device: device_ref,
+            stop: stop_ref,
+        })
+    };
+    let pretrain_stage = |size: &str, t5: &T5Config, warmup: Option<&Stage>| {
+        span_stage(
+            format!("pretrain-{size}"),
+            format!("pretrain {size}"),
+            pretrain_origin(&config, warmup.map(Stage::record)),
+            config.pretrain.train(config.pretrain.steps, config.seed),
+            t5,
+        )
+    };
+
+    // One multi-head model per size used: its config and the record of where it came from (its
+    // pre-training stage, or its given checkpoint).
+    let mut sizes: BTreeMap<String, (T5Config, serde_json::Value)> = BTreeMap::new();
+    let pretrained_models: RefCell<BTreeMap<String, T5Model>> = RefCell::default();
+    for m in &config.models {
+        if sizes.contains_key(&m.size) {
+            continue;
+        }
+        let t5 = config
+            .t5(&m.size, config.pretrain.dropout)?
+            .with_vocab_size(vocab);
+        if let Some(spec) = &config.sizes[&m.size].checkpoint {
+            let (t5, model) = load_pretrained(spec, &m.size, t5, &device)?;
+            pretrained_models.borrow_mut().insert(m.size.clone(), model);
+            sizes.insert(
+                m.size.clone(),
+                (t5, serde_json::json!({ "checkpoint": spec })),
+            );
+            continue;
+        }
+        let warmup = copy_warmup_stage(&m.size, &t5);
+        let record = pretrain_stage(&m.size, &t5, warmup.as_ref()).record();
+        sizes.insert(m.size.clone(), (t5, record));
+    }
+    // The pre-trained model of a size: the copy warm-up, then pre-training, each trained here or
+    // reused when finished.
+    let pretrained = |size: &str| -> Result<T5Model> {
+        if let Some(model) = pretrained_models.borrow().get(size) {
+            return Ok(model.clone());
+        }
+        let t5 = &sizes[size].0;
+        device.seed(config.seed);
+        let mut init = t5.init(&device);
+        let warmup = copy_warmup_stage(size, t5);
+        if let Some(stage) = &warmup {
+            let w = &config.copy_warmup;
+            let mut task = RandomCopyTask::new(
+                sources.tok.clone(),
+                (w.length, w.batch),
+                config.pretrain.eval_size,
+                config.seed,
+            );
+            init = stage.run(init, &mut task)?;
+        }
+        let model =
+            pretrain_stage(size, t5, warmup.as_ref()).run(init, &mut span_task(config.seed)?)?;
+        pretrained_models
+            .borrow_mut()
+            .insert(size.to_string(), model.clone());
+        Ok(model)
+    };
+
+    // Conversion and uptraining: α × the pre-training steps, on other windows of the corpus.
+    // Every model's held-out span-corruption loss on uptraining's held-out windows (the same
+    // windows and noise for all): the multi-head model's, and a converted one's right after
+    // conversion (α = 0) and after uptraining.
+    let held_out = RefCell::new(SpanCorruptionTask::new(
+        sources.data(&config.corpus)?,
+        config.pretrain.batch,
+        config.input_length,
+        config.pretrain.eval_size,
+        (config.seed.wrapping_add(1), config.pretrain_objective),
+    )?);
+    // A model of replicate `seed` before fine-tuning, as records: its config, where it came from,
+    // and its uptraining stage (none for a multi-head model or α = 0).
+    let upstream = |m: &ModelSpec, seed: u64| -> Result<UpstreamModel> {
+        let (t5, pretrain) = sizes[&m.size].clone();
+        let Some(groups) = m.kv_heads else {
+            return Ok((t5, pretrain, None));
+        };
+        let t5 = t5.with_n_kv_heads(groups);
+        let origin = serde_json::json!({
+            "from": pretrain,
+            "conversion": m.conversion,
+            "kv_heads": groups,
+            "seed": seed,
+        });
+        let steps = (m.alpha * config.pretrain.steps as f64).round() as usize;
+        if steps == 0 {
+            return Ok((t5, origin, None));
+        }
+        let stage = span_stage(
+            format!("uptrain-{}{}", model_key(m), config.replicate_suffix(seed)),
+            format!("uptrain {} (seed {seed})", m.name),
+            origin,
+            config.uptrain(steps, seed),
+            &t5,
+        );
+        Ok((t5, stage.record(), Some(stage)))
+    };
+    // The model fine-tuning starts from, and its held-out span losses: the pre-trained model, or
+    // that model converted (seeded by the replicate) and uptrained.
+    let start_model = |m: &ModelSpec, seed: u64, uptrain: Option<&Stage>| {
+        let base = pretrained(&m.size)?.with_dropout(config.pretrain.dropout);
+        let Some(groups) = m.kv_heads else {
+            let start = held_out.borrow_mut().eval_loss(&base, &device)?;
+            let losses = SpanLosses {
+                converted: None,
+                start,
+            };
+            return anyhow::Ok((base, losses));
+        };
+        device.seed(seed);
+        let converted = convert_kv_heads(base, groups, m.conversion()?).map_err(|e| anyhow!(e))?;
+        let at_conversion = held_out.borrow_mut().eval_loss(&converted, &device)?;
+        eprintln!(
+            "{} (seed {seed}): held-out span loss right after conversion {at_conversion:.4}",
+            m.name
+        );
+        let Some(stage) = uptrain else {
+            let losses = SpanLosses {
+                converted: Some(at_conversion),
+                start: at_conversion,
+            };
+            return Ok((converted, losses));
+        };
+        let model = stage.run(converted, &mut span_task(seed.wrapping_add(1))?)?;
+        let losses = SpanLosses {
+            converted: Some(at_conversion),
+            start: held_out.borrow_mut().eval_loss(&model, &device)?,
+        };
+        Ok((model, losses))
+    };
+
+    // The trivial baselines of every task, on the examples the models are scored on.
+    let mut baselines = Vec::new();
+    for task_config in &config.tasks {
+        let data = sources.data(&task_config.dataset)?;
+        let format = Seq2SeqTask {
+            input_length: task_config.input_length,
+            target_length: task_config.target_length,
+        };
+        let references: Vec<Vec<String>> = first_examples(
+            data.spec,
+            data.eval_files.clone(),
+            &data.tok,
+            format,
+            config.score_examples,
+        )?
+        .into_iter()
+        .map(|e| e.references)
+        .collect();
+        baselines.extend(trivial_baselines(task_config, &data, &references)?);
+    }
+    crate::write_csv(&cli.out.join("baselines.csv"), &baselines)?;
+
+    // Fine-tuning, decoding, scoring and timing: every model on every task. A fine-tuning stage
+    // with a result scored the same way ([`StageResult`]) is reused as it is, so that neither it
+    // nor anything upstream of it needs weights: a fresh clone, which has the committed results
+    // but no models, trains only what has no result yet.
+    let inference = device.clone().without_autodiff();
+    let scoring = Scoring {
+        score_examples: config.score_examples,
+        inference_batch: config.inference_batch,
+    };
+    let mut rows: Vec<ScoreRow> = Vec::new();
+    for seed in config.replicate_seeds() {
+        let suffix = config.replicate_suffix(seed);
+        for m in &config.models {
+            let (t5, origin, uptrain) = upstream(m, seed)?;
+            // Made when the first task without a result needs it.
+            let mut start: Option<(T5Model, SpanLosses)> = None;
+            for task_config in &config.tasks {
+                let format = Seq2SeqTask {
+                    input_length: task_config.input_length,
+                    target_length: task_config.target_length,
+                };
+                let t5_ft = t5.clone().with_dropout(config.finetune.dropout);
+                let dir = stages.join(format!(
+                    "finetune-{}-{}{suffix}",
+                    model_key(m),
+                    task_config.name
+                ));
+                let stage = Stage {
+                    label: format!("finetune {} on {} (seed {seed})", m.name, task_config.name),
+                    origin: serde_json::json!({
+                        "from": origin, "task": task_config, "shuffle_buffer": config.shuffle_buffer,
+                    }),
+                    train: config.finetune.train(config.finetune.steps, seed),
+                    flops_per_step: t5_ft.train_flops(
+                        config.finetune.batch,
+                        task_config.input_length,
+                        task_config.target_length,
+                    ),
+                    config: t5_ft.clone(),
+                    dir,
+                    device: &device,
+                    stop: &stop,
+                };
+                if let Some(row) = stage.result(&scoring)? {
+                    eprintln!(
+                        "{} on {} (seed {seed}): {} {:.2}, the result in {} (device {})",
+                        m.name,
+                        task_config.name,
+                        row.metric,
+                        row.score,
+                        stage.dir.display(),
+                        row.device
+                    );
+                    rows.push(ScoreRow {
+                        model: m.name.clone(),
+                        ..row
+                    });
+                    write_scores(&cli.out, &rows)?;
+                    continue;
+                }
+                let (model, losses) = match start.take() {
+                    Some(made) => made,
+                    None => start_model(m, seed, uptrain.as_ref())?,
+                };
+                let data = sources.data(&task_config.dataset)?;
+                let examples = first_examples(
+                    data.spec,
+                    data.eval_files.clone(),
+                    &data.tok,
+                    format,
+                    config.score_examples,
+                )?;
+                let shuffle = data::epochs::Shuffle {
+                    buffer: config.shuffle_buffer,
+                    seed,
+                };
+                let mut task = FineTuneTask::new(
+                    data,
+                    format,
+                    (config.finetune.batch, config.finetune.eval_size),
+                    shuffle,
+                )?;
+                let tuned = stage.run(
+                    model.clone().with_dropout(config.finetune.dropout),
+                    &mut task,
+                )?;
+                let finetune_step = stage.kept_step()?;
+                let eval_loss = task.eval_loss(&tuned.valid(), &device)?;
+                let tuned = tuned.valid().to_device(&inference);
+                let predictions = generate(
+                    &tuned,
+                    &examples,
+                    config.inference_batch,
+                    task_config.target_length,
+                    task.tokenizer(),
+                    &inference,
+                )?;
+                let s_per_sample = time_per_sample(
+                    &tuned,
+                    &examples,
+                    config.inference_batch,
+                    task_config.target_length,
+                    &inference,
+                );
+                let references: Vec<Vec<String>> =
+                    examples.iter().map(|e| e.references.clone()).collect();
+                let value = score(task_config.metric, &predictions, &references);
+                let predictions_path = stage.dir.join("predictions.jsonl");
+                let lines: String = predictions
+                    .iter()
+                    .zip(&references)
+                    .map(|(p, r)| {
+                        serde_json::json!({"prediction": p, "references": r}).to_string() + "\n"
+                    })
+                    .collect();
+                write_atomic(&predictions_path, lines.as_bytes())?;
+                eprintln!(
+                    "{} on {} (seed {seed}): {:?} {value:.2}, {s_per_sample:.4} s/sample",
+                    m.name, task_config.name, task_config.metric
+                );
+                let row = ScoreRow {
+                    model: m.name.clone(),
+                    size: m.size.clone(),
+                    kv_heads: t5.n_kv_heads,
+                    conversion: if m.kv_heads.is_some() {
+                        m.conversion.clone()
+                    } else {
+                        "-".into()
+                    },
+                    alpha: m.alpha,
+                    seed,
+                    task: task_config.name.clone(),
+                    metric: format!("{:?}", task_config.metric).to_lowercase(),
+                    score: value,
+                    eval_loss,
+                    s_per_sample,
+                    span_loss_converted: losses.converted,
+                    span_loss: Some(losses.start),
+                    examples: examples.len(),
+                    finetune_step: Some(finetune_step),
+                    device: provenance.device.clone(),
+                };
+                stage.save_result(&scoring, &row)?;
+                rows.push(row);
+                write_scores(&cli.out, &rows)?;
+                start = Some((model, losses));
+            }
+        }
+    }
+    render(&cli.out)?;
+    eprintln!("wrote {}", cli.out.display());
+    Ok(())
+}
