@@ -4,6 +4,8 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use anyhow::{Result, anyhow};
 use burn::prelude::*;
@@ -18,9 +20,9 @@ use training::t5_task::{
 use training::trainer::{Task, TrainConfig, stop_on_ctrl_c};
 use training::write_atomic;
 
-use super::config::{ModelSpec, PipelineConfig, StageConfig, pretrain_origin};
+use super::config::{ModelSpec, PipelineConfig, StageConfig, TaskConfig, pretrain_origin};
 use super::render::render;
-use super::scores::{ScoreRow, score, trivial_baselines, write_scores};
+use super::scores::{BaselineRow, ScoreRow, score, trivial_baselines, write_scores};
 use super::stages::{
     Scoring, Sources, SpanLosses, Stage, UpstreamModel, load_pretrained, model_key, time_per_sample,
 };
@@ -178,120 +180,8 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     } else {
         PathBuf::from(&config.stages)
     };
-    let vocab = sources.tok.vocab_size();
-    let span_targets = config.pretrain_objective.target_length(config.input_length);
-
-    // Pre-training and uptraining: span corruption on the corpus with the pre-training schedule.
-    // A stage is only named and recorded here; it trains (or loads its finished model) when run,
-    // which happens only when a stage downstream of it has no scored result yet.
-    let (device_ref, stop_ref) = (&device, &stop);
-    let span_stage = |dir: String,
-                      label: String,
-                      origin: serde_json::Value,
-                      train: TrainConfig,
-                      t5: &T5Config| Stage {
-        dir: stages.join(dir),
-        label,
-        origin,
-        train,
-        flops_per_step: t5.train_flops(config.pretrain.batch, config.input_length, span_targets),
-        config: t5.clone(),
-        device: device_ref,
-        stop: stop_ref,
-    };
-    let span_task = |data_seed: u64| {
-        anyhow::Ok(
-            SpanCorruptionTask::new(
-                sources.data(&config.corpus)?,
-                config.pretrain.batch,
-                config.input_length,
-                config.pretrain.eval_size,
-                (data_seed, config.pretrain_objective),
-            )?
-            .with_random_copy(config.pretrain_random_copy),
-        )
-    };
-
-    // The copy warm-up before pre-training (none when `copy_warmup.steps` is 0), and pre-training
-    // from its model (or from random weights), recording the warm-up in its lineage.
-    let copy_warmup_stage = |size: &str, t5: &T5Config| {
-        let warmup = &config.copy_warmup;
-        (warmup.steps > 0).then(|| Stage {
-            dir: stages.join(format!("copy-warmup-{size}")),
-            label: format!("copy warm-up {size}"),
-            origin: serde_json::json!({ "init": "random", "seed": config.seed }),
-            train: warmup.train(&config.pretrain, config.seed),
-            flops_per_step: t5.train_flops(warmup.batch, warmup.length + 1, warmup.length + 1),
-            config: t5.clone(),
-            device: device_ref,
-            stop: stop_ref,
-        })
-    };
-    let pretrain_stage = |size: &str, t5: &T5Config, warmup: Option<&Stage>| {
-        span_stage(
-            format!("pretrain-{size}"),
-            format!("pretrain {size}"),
-            pretrain_origin(&config, warmup.map(Stage::record)),
-            config.pretrain.train(config.pretrain.steps, config.seed),
-            t5,
-        )
-    };
-
-    // One multi-head model per size used: its config and the record of where it came from (its
-    // pre-training stage, or its given checkpoint).
-    let mut sizes: BTreeMap<String, (T5Config, serde_json::Value)> = BTreeMap::new();
-    let pretrained_models: RefCell<BTreeMap<String, T5Model>> = RefCell::default();
-    for m in &config.models {
-        if sizes.contains_key(&m.size) {
-            continue;
-        }
-        let t5 = config
-            .t5(&m.size, config.pretrain.dropout)?
-            .with_vocab_size(vocab);
-        if let Some(spec) = &config.sizes[&m.size].checkpoint {
-            let (t5, model) = load_pretrained(spec, &m.size, t5, &device)?;
-            pretrained_models.borrow_mut().insert(m.size.clone(), model);
-            sizes.insert(
-                m.size.clone(),
-                (t5, serde_json::json!({ "checkpoint": spec })),
-            );
-            continue;
-        }
-        let warmup = copy_warmup_stage(&m.size, &t5);
-        let record = pretrain_stage(&m.size, &t5, warmup.as_ref()).record();
-        sizes.insert(m.size.clone(), (t5, record));
-    }
-    // The pre-trained model of a size: the copy warm-up, then pre-training, each trained here or
-    // reused when finished.
-    let pretrained = |size: &str| -> Result<T5Model> {
-        if let Some(model) = pretrained_models.borrow().get(size) {
-            return Ok(model.clone());
-        }
-        let t5 = &sizes[size].0;
-        device.seed(config.seed);
-        let mut init = t5.init(&device);
-        let warmup = copy_warmup_stage(size, t5);
-        if let Some(stage) = &warmup {
-            let w = &config.copy_warmup;
-            let mut task = RandomCopyTask::new(
-                sources.tok.clone(),
-                (w.length, w.batch),
-                config.pretrain.eval_size,
-                config.seed,
-            );
-            init = stage.run(init, &mut task)?;
-        }
-        let model =
-            pretrain_stage(size, t5, warmup.as_ref()).run(init, &mut span_task(config.seed)?)?;
-        pretrained_models
-            .borrow_mut()
-            .insert(size.to_string(), model.clone());
-        Ok(model)
-    };
-
-    // Conversion and uptraining: α × the pre-training steps, on other windows of the corpus.
-    // Every model's held-out span-corruption loss on uptraining's held-out windows (the same
-    // windows and noise for all): the multi-head model's, and a converted one's right after
+    // Every model's held-out span-corruption loss is read on uptraining's held-out windows (the
+    // same windows and noise for all): the multi-head model's, and a converted one's right after
     // conversion (α = 0) and after uptraining.
     let held_out = RefCell::new(SpanCorruptionTask::new(
         sources.data(&config.corpus)?,
@@ -300,68 +190,78 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         config.pretrain.eval_size,
         (config.seed.wrapping_add(1), config.pretrain_objective),
     )?);
-    // A model of replicate `seed` before fine-tuning, as records: its config, where it came from,
-    // and its uptraining stage (none for a multi-head model or α = 0).
-    let upstream = |m: &ModelSpec, seed: u64| -> Result<UpstreamModel> {
-        let (t5, pretrain) = sizes[&m.size].clone();
-        let Some(groups) = m.kv_heads else {
-            return Ok((t5, pretrain, None));
-        };
-        let t5 = t5.with_n_kv_heads(groups);
-        let origin = serde_json::json!({
-            "from": pretrain,
-            "conversion": m.conversion,
-            "kv_heads": groups,
-            "seed": seed,
-        });
-        let steps = (m.alpha * config.pretrain.steps as f64).round() as usize;
-        if steps == 0 {
-            return Ok((t5, origin, None));
-        }
-        let stage = span_stage(
-            format!("uptrain-{}{}", model_key(m), config.replicate_suffix(seed)),
-            format!("uptrain {} (seed {seed})", m.name),
-            origin,
-            config.uptrain(steps, seed),
-            &t5,
-        );
-        Ok((t5, stage.record(), Some(stage)))
+    let mut pipeline = Pipeline {
+        config: &config,
+        sources,
+        stages,
+        device: &device,
+        stop: &stop,
+        sizes: BTreeMap::new(),
+        pretrained_models: RefCell::default(),
+        held_out,
     };
-    // The model fine-tuning starts from, and its held-out span losses: the pre-trained model, or
-    // that model converted (seeded by the replicate) and uptrained.
-    let start_model = |m: &ModelSpec, seed: u64, uptrain: Option<&Stage>| {
-        let base = pretrained(&m.size)?.with_dropout(config.pretrain.dropout);
-        let Some(groups) = m.kv_heads else {
-            let start = held_out.borrow_mut().eval_loss(&base, &device)?;
-            let losses = SpanLosses {
-                converted: None,
-                start,
-            };
-            return anyhow::Ok((base, losses));
-        };
-        device.seed(seed);
-        let converted = convert_kv_heads(base, groups, m.conversion()?).map_err(|e| anyhow!(e))?;
-        let at_conversion = held_out.borrow_mut().eval_loss(&converted, &device)?;
-        eprintln!(
-            "{} (seed {seed}): held-out span loss right after conversion {at_conversion:.4}",
-            m.name
-        );
-        let Some(stage) = uptrain else {
-            let losses = SpanLosses {
-                converted: Some(at_conversion),
-                start: at_conversion,
-            };
-            return Ok((converted, losses));
-        };
-        let model = stage.run(converted, &mut span_task(seed.wrapping_add(1))?)?;
-        let losses = SpanLosses {
-            converted: Some(at_conversion),
-            start: held_out.borrow_mut().eval_loss(&model, &device)?,
-        };
-        Ok((model, losses))
-    };
+    pipeline.resolve_sizes()?;
 
-    // The trivial baselines of every task, on the examples the models are scored on.
+    crate::write_csv(
+        &cli.out.join("baselines.csv"),
+        &task_baselines(&config, &pipeline.sources)?,
+    )?;
+
+    // Fine-tuning, decoding, scoring and timing: every model on every task. A fine-tuning stage
+    // with a result scored the same way ([`StageResult`]) is reused as it is, so that neither it
+    // nor anything upstream of it needs weights: a fresh clone, which has the committed results
+    // but no models, trains only what has no result yet.
+    let mut rows: Vec<ScoreRow> = Vec::new();
+    for seed in config.replicate_seeds() {
+        for m in &config.models {
+            let upstream = pipeline.upstream(m, seed)?;
+            // Made when the first task without a result needs it.
+            let mut start: Option<(T5Model, SpanLosses)> = None;
+            for task_config in &config.tasks {
+                let stage = pipeline.finetune_stage(m, seed, task_config, &upstream);
+                if let Some(row) = stage.result(&pipeline.scoring())? {
+                    eprintln!(
+                        "{} on {} (seed {seed}): {} {:.2}, the result in {} (device {})",
+                        m.name,
+                        task_config.name,
+                        row.metric,
+                        row.score,
+                        stage.dir.display(),
+                        row.device
+                    );
+                    rows.push(ScoreRow {
+                        model: m.name.clone(),
+                        ..row
+                    });
+                    write_scores(&cli.out, &rows)?;
+                    continue;
+                }
+                let (model, losses) = match start.take() {
+                    Some(made) => made,
+                    None => pipeline.start_model(m, seed, upstream.2.as_ref())?,
+                };
+                let scored = Scored {
+                    model: m,
+                    seed,
+                    task: task_config,
+                    kv_heads: upstream.0.n_kv_heads,
+                    losses: &losses,
+                    device: &provenance.device,
+                };
+                let row = pipeline.finetune_and_score(&stage, model.clone(), scored)?;
+                rows.push(row);
+                write_scores(&cli.out, &rows)?;
+                start = Some((model, losses));
+            }
+        }
+    }
+    render(&cli.out)?;
+    eprintln!("wrote {}", cli.out.display());
+    Ok(())
+}
+
+/// The trivial baselines of every task, on the examples the models are scored on.
+fn task_baselines(config: &PipelineConfig, sources: &Sources) -> Result<Vec<BaselineRow>> {
     let mut baselines = Vec::new();
     for task_config in &config.tasks {
         let data = sources.data(&task_config.dataset)?;
@@ -381,158 +281,365 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         .collect();
         baselines.extend(trivial_baselines(task_config, &data, &references)?);
     }
-    crate::write_csv(&cli.out.join("baselines.csv"), &baselines)?;
+    Ok(baselines)
+}
 
-    // Fine-tuning, decoding, scoring and timing: every model on every task. A fine-tuning stage
-    // with a result scored the same way ([`StageResult`]) is reused as it is, so that neither it
-    // nor anything upstream of it needs weights: a fresh clone, which has the committed results
-    // but no models, trains only what has no result yet.
-    let inference = device.clone().without_autodiff();
-    let scoring = Scoring {
-        score_examples: config.score_examples,
-        inference_batch: config.inference_batch,
-    };
-    let mut rows: Vec<ScoreRow> = Vec::new();
-    for seed in config.replicate_seeds() {
-        let suffix = config.replicate_suffix(seed);
-        for m in &config.models {
-            let (t5, origin, uptrain) = upstream(m, seed)?;
-            // Made when the first task without a result needs it.
-            let mut start: Option<(T5Model, SpanLosses)> = None;
-            for task_config in &config.tasks {
-                let format = Seq2SeqTask {
-                    input_length: task_config.input_length,
-                    target_length: task_config.target_length,
-                };
-                let t5_ft = t5.clone().with_dropout(config.finetune.dropout);
-                let dir = stages.join(format!(
-                    "finetune-{}-{}{suffix}",
-                    model_key(m),
-                    task_config.name
-                ));
-                let stage = Stage {
-                    label: format!("finetune {} on {} (seed {seed})", m.name, task_config.name),
-                    origin: serde_json::json!({
-                        "from": origin, "task": task_config, "shuffle_buffer": config.shuffle_buffer,
-                    }),
-                    train: config.finetune.train(config.finetune.steps, seed),
-                    flops_per_step: t5_ft.train_flops(
-                        config.finetune.batch,
-                        task_config.input_length,
-                        task_config.target_length,
-                    ),
-                    config: t5_ft.clone(),
-                    dir,
-                    device: &device,
-                    stop: &stop,
-                };
-                if let Some(row) = stage.result(&scoring)? {
-                    eprintln!(
-                        "{} on {} (seed {seed}): {} {:.2}, the result in {} (device {})",
-                        m.name,
-                        task_config.name,
-                        row.metric,
-                        row.score,
-                        stage.dir.display(),
-                        row.device
-                    );
-                    rows.push(ScoreRow {
-                        model: m.name.clone(),
-                        ..row
-                    });
-                    write_scores(&cli.out, &rows)?;
-                    continue;
-                }
-                let (model, losses) = match start.take() {
-                    Some(made) => made,
-                    None => start_model(m, seed, uptrain.as_ref())?,
-                };
-                let data = sources.data(&task_config.dataset)?;
-                let examples = first_examples(
-                    data.spec,
-                    data.eval_files.clone(),
-                    &data.tok,
-                    format,
-                    config.score_examples,
-                )?;
-                let shuffle = data::epochs::Shuffle {
-                    buffer: config.shuffle_buffer,
-                    seed,
-                };
-                let mut task = FineTuneTask::new(
-                    data,
-                    format,
-                    (config.finetune.batch, config.finetune.eval_size),
-                    shuffle,
-                )?;
-                let tuned = stage.run(
-                    model.clone().with_dropout(config.finetune.dropout),
-                    &mut task,
-                )?;
-                let finetune_step = stage.kept_step()?;
-                let eval_loss = task.eval_loss(&tuned.valid(), &device)?;
-                let tuned = tuned.valid().to_device(&inference);
-                let predictions = generate(
-                    &tuned,
-                    &examples,
-                    config.inference_batch,
-                    task_config.target_length,
-                    task.tokenizer(),
-                    &inference,
-                )?;
-                let s_per_sample = time_per_sample(
-                    &tuned,
-                    &examples,
-                    config.inference_batch,
-                    task_config.target_length,
-                    &inference,
-                );
-                let references: Vec<Vec<String>> =
-                    examples.iter().map(|e| e.references.clone()).collect();
-                let value = score(task_config.metric, &predictions, &references);
-                let predictions_path = stage.dir.join("predictions.jsonl");
-                let lines: String = predictions
-                    .iter()
-                    .zip(&references)
-                    .map(|(p, r)| {
-                        serde_json::json!({"prediction": p, "references": r}).to_string() + "\n"
-                    })
-                    .collect();
-                write_atomic(&predictions_path, lines.as_bytes())?;
-                eprintln!(
-                    "{} on {} (seed {seed}): {:?} {value:.2}, {s_per_sample:.4} s/sample",
-                    m.name, task_config.name, task_config.metric
-                );
-                let row = ScoreRow {
-                    model: m.name.clone(),
-                    size: m.size.clone(),
-                    kv_heads: t5.n_kv_heads,
-                    conversion: if m.kv_heads.is_some() {
-                        m.conversion.clone()
-                    } else {
-                        "-".into()
-                    },
-                    alpha: m.alpha,
-                    seed,
-                    task: task_config.name.clone(),
-                    metric: format!("{:?}", task_config.metric).to_lowercase(),
-                    score: value,
-                    eval_loss,
-                    s_per_sample,
-                    span_loss_converted: losses.converted,
-                    span_loss: Some(losses.start),
-                    examples: examples.len(),
-                    finetune_step: Some(finetune_step),
-                    device: provenance.device.clone(),
-                };
-                stage.save_result(&scoring, &row)?;
-                rows.push(row);
-                write_scores(&cli.out, &rows)?;
-                start = Some((model, losses));
-            }
+/// One invocation's shared state: the config, the data, where the stages live, the device, and the
+/// models made so far. A stage is only named and recorded until it runs, and it runs (or loads its
+/// finished model) only when a stage downstream of it has no scored result yet.
+struct Pipeline<'a> {
+    config: &'a PipelineConfig,
+    sources: Sources,
+    /// The stage directories' root.
+    stages: PathBuf,
+    device: &'a Device,
+    stop: &'a Arc<AtomicBool>,
+    /// One multi-head model per size used: its config and the record of where it came from (its
+    /// pre-training stage, or its given checkpoint).
+    sizes: BTreeMap<String, (T5Config, serde_json::Value)>,
+    /// The pre-trained model of each size, once made or loaded.
+    pretrained_models: RefCell<BTreeMap<String, T5Model>>,
+    /// Uptraining's held-out windows, the same for every model.
+    held_out: RefCell<SpanCorruptionTask>,
+}
+
+/// What a fine-tuned model's score row records beside its score.
+struct Scored<'r> {
+    model: &'r ModelSpec,
+    seed: u64,
+    task: &'r TaskConfig,
+    kv_heads: usize,
+    losses: &'r SpanLosses,
+    /// The device the row was computed on, as `env.json` names it.
+    device: &'r str,
+}
+
+impl<'a> Pipeline<'a> {
+    /// A pre-training or uptraining stage: span corruption on the corpus with the pre-training
+    /// schedule.
+    fn span_stage(
+        &self,
+        (dir, label): (String, String),
+        origin: serde_json::Value,
+        train: TrainConfig,
+        t5: &T5Config,
+    ) -> Stage<'a> {
+        let c = self.config;
+        let span_targets = c.pretrain_objective.target_length(c.input_length);
+        Stage {
+            dir: self.stages.join(dir),
+            label,
+            origin,
+            train,
+            flops_per_step: t5.train_flops(c.pretrain.batch, c.input_length, span_targets),
+            config: t5.clone(),
+            device: self.device,
+            stop: self.stop,
         }
     }
-    render(&cli.out)?;
-    eprintln!("wrote {}", cli.out.display());
-    Ok(())
+
+    /// Span corruption on the corpus, its windows and noise seeded by `data_seed`.
+    fn span_task(&self, data_seed: u64) -> Result<SpanCorruptionTask> {
+        let c = self.config;
+        Ok(SpanCorruptionTask::new(
+            self.sources.data(&c.corpus)?,
+            c.pretrain.batch,
+            c.input_length,
+            c.pretrain.eval_size,
+            (data_seed, c.pretrain_objective),
+        )?
+        .with_random_copy(c.pretrain_random_copy))
+    }
+
+    /// The copy warm-up before pre-training (none when `copy_warmup.steps` is 0).
+    fn copy_warmup_stage(&self, size: &str, t5: &T5Config) -> Option<Stage<'a>> {
+        let c = self.config;
+        let warmup = &c.copy_warmup;
+        (warmup.steps > 0).then(|| Stage {
+            dir: self.stages.join(format!("copy-warmup-{size}")),
+            label: format!("copy warm-up {size}"),
+            origin: serde_json::json!({ "init": "random", "seed": c.seed }),
+            train: warmup.train(&c.pretrain, c.seed),
+            flops_per_step: t5.train_flops(warmup.batch, warmup.length + 1, warmup.length + 1),
+            config: t5.clone(),
+            device: self.device,
+            stop: self.stop,
+        })
+    }
+
+    /// Pre-training from the warm-up's model (or from random weights), recording the warm-up in its
+    /// lineage.
+    fn pretrain_stage(&self, size: &str, t5: &T5Config, warmup: Option<&Stage>) -> Stage<'a> {
+        let c = self.config;
+        self.span_stage(
+            (format!("pretrain-{size}"), format!("pretrain {size}")),
+            pretrain_origin(c, warmup.map(Stage::record)),
+            c.pretrain.train(c.pretrain.steps, c.seed),
+            t5,
+        )
+    }
+
+    /// Each size's multi-head config and origin: its pre-training stage's record, or its given
+    /// checkpoint (loaded here).
+    fn resolve_sizes(&mut self) -> Result<()> {
+        let c = self.config;
+        let vocab = self.sources.tok.vocab_size();
+        for m in &c.models {
+            if self.sizes.contains_key(&m.size) {
+                continue;
+            }
+            let t5 = c.t5(&m.size, c.pretrain.dropout)?.with_vocab_size(vocab);
+            if let Some(spec) = &c.sizes[&m.size].checkpoint {
+                let (t5, model) = load_pretrained(spec, &m.size, t5, self.device)?;
+                self.pretrained_models
+                    .borrow_mut()
+                    .insert(m.size.clone(), model);
+                let origin = serde_json::json!({ "checkpoint": spec });
+                self.sizes.insert(m.size.clone(), (t5, origin));
+                continue;
+            }
+            let warmup = self.copy_warmup_stage(&m.size, &t5);
+            let record = self.pretrain_stage(&m.size, &t5, warmup.as_ref()).record();
+            self.sizes.insert(m.size.clone(), (t5, record));
+        }
+        Ok(())
+    }
+
+    /// The pre-trained model of a size: the copy warm-up, then pre-training, each trained here or
+    /// reused when finished.
+    fn pretrained(&self, size: &str) -> Result<T5Model> {
+        if let Some(model) = self.pretrained_models.borrow().get(size) {
+            return Ok(model.clone());
+        }
+        let c = self.config;
+        let t5 = &self.sizes[size].0;
+        self.device.seed(c.seed);
+        let mut init = t5.init(self.device);
+        let warmup = self.copy_warmup_stage(size, t5);
+        if let Some(stage) = &warmup {
+            let w = &c.copy_warmup;
+            let mut task = RandomCopyTask::new(
+                self.sources.tok.clone(),
+                (w.length, w.batch),
+                c.pretrain.eval_size,
+                c.seed,
+            );
+            init = stage.run(init, &mut task)?;
+        }
+        let model = self
+            .pretrain_stage(size, t5, warmup.as_ref())
+            .run(init, &mut self.span_task(c.seed)?)?;
+        self.pretrained_models
+            .borrow_mut()
+            .insert(size.to_string(), model.clone());
+        Ok(model)
+    }
+
+    /// A model of replicate `seed` before fine-tuning, as records: its config, where it came from,
+    /// and its uptraining stage (none for a multi-head model or α = 0). Conversion and uptraining:
+    /// α × the pre-training steps, on other windows of the corpus.
+    fn upstream(&self, m: &ModelSpec, seed: u64) -> Result<UpstreamModel<'a>> {
+        let c = self.config;
+        let (t5, pretrain) = self.sizes[&m.size].clone();
+        let Some(groups) = m.kv_heads else {
+            return Ok((t5, pretrain, None));
+        };
+        let t5 = t5.with_n_kv_heads(groups);
+        let origin = serde_json::json!({
+            "from": pretrain,
+            "conversion": m.conversion,
+            "kv_heads": groups,
+            "seed": seed,
+        });
+        let steps = (m.alpha * c.pretrain.steps as f64).round() as usize;
+        if steps == 0 {
+            return Ok((t5, origin, None));
+        }
+        let stage = self.span_stage(
+            (
+                format!("uptrain-{}{}", model_key(m), c.replicate_suffix(seed)),
+                format!("uptrain {} (seed {seed})", m.name),
+            ),
+            origin,
+            c.uptrain(steps, seed),
+            &t5,
+        );
+        Ok((t5, stage.record(), Some(stage)))
+    }
+
+    /// The model fine-tuning starts from, and its held-out span losses: the pre-trained model, or
+    /// that model converted (seeded by the replicate) and uptrained.
+    fn start_model(
+        &self,
+        m: &ModelSpec,
+        seed: u64,
+        uptrain: Option<&Stage>,
+    ) -> Result<(T5Model, SpanLosses)> {
+        let base = self
+            .pretrained(&m.size)?
+            .with_dropout(self.config.pretrain.dropout);
+        let Some(groups) = m.kv_heads else {
+            let start = self.held_out.borrow_mut().eval_loss(&base, self.device)?;
+            let losses = SpanLosses {
+                converted: None,
+                start,
+            };
+            return Ok((base, losses));
+        };
+        self.device.seed(seed);
+        let converted = convert_kv_heads(base, groups, m.conversion()?).map_err(|e| anyhow!(e))?;
+        let at_conversion = self
+            .held_out
+            .borrow_mut()
+            .eval_loss(&converted, self.device)?;
+        eprintln!(
+            "{} (seed {seed}): held-out span loss right after conversion {at_conversion:.4}",
+            m.name
+        );
+        let Some(stage) = uptrain else {
+            let losses = SpanLosses {
+                converted: Some(at_conversion),
+                start: at_conversion,
+            };
+            return Ok((converted, losses));
+        };
+        let model = stage.run(converted, &mut self.span_task(seed.wrapping_add(1))?)?;
+        let losses = SpanLosses {
+            converted: Some(at_conversion),
+            start: self.held_out.borrow_mut().eval_loss(&model, self.device)?,
+        };
+        Ok((model, losses))
+    }
+
+    /// How every fine-tuned model is scored.
+    fn scoring(&self) -> Scoring {
+        Scoring {
+            score_examples: self.config.score_examples,
+            inference_batch: self.config.inference_batch,
+        }
+    }
+
+    /// The fine-tuning stage of `m` (replicate `seed`) on `task_config`.
+    fn finetune_stage(
+        &self,
+        m: &ModelSpec,
+        seed: u64,
+        task_config: &TaskConfig,
+        (t5, origin, _): &UpstreamModel,
+    ) -> Stage<'a> {
+        let c = self.config;
+        let t5_ft = t5.clone().with_dropout(c.finetune.dropout);
+        let dir = self.stages.join(format!(
+            "finetune-{}-{}{}",
+            model_key(m),
+            task_config.name,
+            c.replicate_suffix(seed)
+        ));
+        Stage {
+            label: format!("finetune {} on {} (seed {seed})", m.name, task_config.name),
+            origin: serde_json::json!({
+                "from": origin, "task": task_config, "shuffle_buffer": c.shuffle_buffer,
+            }),
+            train: c.finetune.train(c.finetune.steps, seed),
+            flops_per_step: t5_ft.train_flops(
+                c.finetune.batch,
+                task_config.input_length,
+                task_config.target_length,
+            ),
+            config: t5_ft,
+            dir,
+            device: self.device,
+            stop: self.stop,
+        }
+    }
+
+    /// Fine-tunes `model` in `stage`, decodes the scored examples greedily, scores and times them,
+    /// and saves the predictions and the stage's result.
+    fn finetune_and_score(
+        &self,
+        stage: &Stage,
+        model: T5Model,
+        scored: Scored,
+    ) -> Result<ScoreRow> {
+        let c = self.config;
+        let (m, seed, task_config) = (scored.model, scored.seed, scored.task);
+        let format = Seq2SeqTask {
+            input_length: task_config.input_length,
+            target_length: task_config.target_length,
+        };
+        let data = self.sources.data(&task_config.dataset)?;
+        let examples = first_examples(
+            data.spec,
+            data.eval_files.clone(),
+            &data.tok,
+            format,
+            c.score_examples,
+        )?;
+        let shuffle = data::epochs::Shuffle {
+            buffer: c.shuffle_buffer,
+            seed,
+        };
+        let mut task = FineTuneTask::new(
+            data,
+            format,
+            (c.finetune.batch, c.finetune.eval_size),
+            shuffle,
+        )?;
+        let tuned = stage.run(model.with_dropout(c.finetune.dropout), &mut task)?;
+        let finetune_step = stage.kept_step()?;
+        let eval_loss = task.eval_loss(&tuned.valid(), self.device)?;
+        let inference = self.device.clone().without_autodiff();
+        let tuned = tuned.valid().to_device(&inference);
+        let predictions = generate(
+            &tuned,
+            &examples,
+            c.inference_batch,
+            task_config.target_length,
+            task.tokenizer(),
+            &inference,
+        )?;
+        let s_per_sample = time_per_sample(
+            &tuned,
+            &examples,
+            c.inference_batch,
+            task_config.target_length,
+            &inference,
+        );
+        let references: Vec<Vec<String>> = examples.iter().map(|e| e.references.clone()).collect();
+        let value = score(task_config.metric, &predictions, &references);
+        let lines: String = predictions
+            .iter()
+            .zip(&references)
+            .map(|(p, r)| serde_json::json!({"prediction": p, "references": r}).to_string() + "\n")
+            .collect();
+        write_atomic(&stage.dir.join("predictions.jsonl"), lines.as_bytes())?;
+        eprintln!(
+            "{} on {} (seed {seed}): {:?} {value:.2}, {s_per_sample:.4} s/sample",
+            m.name, task_config.name, task_config.metric
+        );
+        let row = ScoreRow {
+            model: m.name.clone(),
+            size: m.size.clone(),
+            kv_heads: scored.kv_heads,
+            conversion: if m.kv_heads.is_some() {
+                m.conversion.clone()
+            } else {
+                "-".into()
+            },
+            alpha: m.alpha,
+            seed,
+            task: task_config.name.clone(),
+            metric: format!("{:?}", task_config.metric).to_lowercase(),
+            score: value,
+            eval_loss,
+            s_per_sample,
+            span_loss_converted: scored.losses.converted,
+            span_loss: Some(scored.losses.start),
+            examples: examples.len(),
+            finetune_step: Some(finetune_step),
+            device: scored.device.to_string(),
+        };
+        stage.save_result(&self.scoring(), &row)?;
+        Ok(row)
+    }
 }
