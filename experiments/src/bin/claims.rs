@@ -1,5 +1,5 @@
 //! `just claims`: writes `results/claims.md`, the FLASH and GQA papers' claims with the numbers and verdicts
-//! computed from the committed results (`experiments/src/claims.rs`), draws `results/claims.png` and
+//! computed from the committed results (`experiments/src/claims/`), draws `results/claims.png` and
 //! fills the top README's generated blocks (the claims at a glance, each experiment's cpu cost).
 
 use clap::Parser;

@@ -19,6 +19,7 @@
 
 pub mod config;
 pub mod decode;
+mod dry_run;
 pub mod pipeline;
 pub mod quality;
 mod render;
