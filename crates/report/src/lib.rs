@@ -38,6 +38,8 @@ pub struct Series {
 pub enum Scale {
     /// Linear axis.
     Linear,
+    /// Linear axis that always includes zero, so that a ratio between two values reads as one.
+    LinearFromZero,
     /// Base-2 logarithmic axis (context lengths, latencies).
     Log2,
 }
@@ -72,7 +74,7 @@ const PALETTE: [RGBColor; 10] = [
 
 fn transform(scale: Scale, v: f64) -> f64 {
     match scale {
-        Scale::Linear => v,
+        Scale::Linear | Scale::LinearFromZero => v,
         Scale::Log2 => v.log2(),
     }
 }
@@ -96,6 +98,12 @@ impl LineChart {
             y1 = y1.max(y);
         }
         anyhow::ensure!(x0 <= x1, "chart `{}` has no points", self.title);
+        if self.x_scale == Scale::LinearFromZero {
+            x0 = x0.min(0.0);
+        }
+        if self.y_scale == Scale::LinearFromZero {
+            y0 = y0.min(0.0);
+        }
         let pad = |a: f64, b: f64| if b > a { (b - a) * 0.05 } else { 0.5 };
         let (px, py) = (pad(x0, x1), pad(y0, y1));
         root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
@@ -208,7 +216,7 @@ fn spans_powers_of_two(a: f64, b: f64) -> bool {
 /// 1024, 2048), not at the mesh's in-between ticks, which would read 724, 1448.
 fn axis_label(scale: Scale, powers_only: bool, v: f64) -> String {
     match scale {
-        Scale::Linear => tick_label(v),
+        Scale::Linear | Scale::LinearFromZero => tick_label(v),
         Scale::Log2 if powers_only && (v - v.round()).abs() > 1e-9 => String::new(),
         Scale::Log2 if powers_only => tick_label(2f64.powf(v.round())),
         Scale::Log2 => tick_label(2f64.powf(v)),
@@ -259,6 +267,39 @@ mod tests {
         assert!(!spans_powers_of_two(9.2, 9.8));
         assert_eq!(axis_label(Scale::Log2, false, 9.5), "724");
         assert_eq!(axis_label(Scale::Linear, true, 9.5), "9.5");
+    }
+
+    #[test]
+    fn a_from_zero_axis_reaches_zero() {
+        let dir = std::env::temp_dir().join(format!("report-zero-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let chart = LineChart {
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            x_scale: Scale::Linear,
+            y_scale: Scale::LinearFromZero,
+        };
+        let series = [Series {
+            name: "s".into(),
+            points: vec![(1.0, 10.0), (2.0, 12.0)],
+        }];
+        chart.save(&dir.join("c"), &series).unwrap();
+        // The y axis of 10..12 carries a zero tick only when drawn from zero.
+        let svg = std::fs::read_to_string(dir.join("c.svg")).unwrap();
+        let zero_tick = |svg: &str| svg.lines().any(|l| l.trim() == "0");
+        assert!(zero_tick(&svg), "no zero tick");
+        // The same points on a plain linear axis stay near their values.
+        LineChart {
+            y_scale: Scale::Linear,
+            ..chart
+        }
+        .save(&dir.join("d"), &series)
+        .unwrap();
+        assert!(!zero_tick(
+            &std::fs::read_to_string(dir.join("d.svg")).unwrap()
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

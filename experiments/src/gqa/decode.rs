@@ -67,6 +67,11 @@ pub struct DecodeConfig {
     /// Bytes of the buffer read to measure this machine's memory read bandwidth, the ceiling of a
     /// decoding step (far larger than the caches: 1 GiB); 0 skips the measurement.
     pub bandwidth_bytes: usize,
+    /// Side N of the f32 product `[N, N] · [N, N]` timed to measure this machine's matrix-product
+    /// rate, the other ceiling of a decoding step (through the product the models' dense layers
+    /// use); 0 skips the measurement, and with it the roofline.
+    #[serde(default)]
+    pub product_size: usize,
 }
 
 impl DecodeConfig {
@@ -101,6 +106,28 @@ impl DecodeConfig {
     fn kv_bytes_per_step(&self, groups: usize) -> f64 {
         let positions = self.input_length as f64 + (self.output_length as f64 + 1.0) / 2.0;
         (self.n_decoder_layers * self.batch * 2 * groups * self.d_kv * 4) as f64 * positions
+    }
+
+    /// Matrix-product FLOPs of one decoding step of the batch, averaged over the steps (2·m·n·k
+    /// per product, as [`T5Config::forward_flops`] counts): per decoder layer and sample the
+    /// self-attention's Q, O, K and V projections, its scores and weighted sum over the positions
+    /// decoded so far (mean (T + 1) / 2), the cross-attention's Q and O and its scores over the
+    /// input, the gated FFN; then the LM head.
+    fn flops_per_step(&self, groups: usize) -> f64 {
+        let (d, ff, vocab) = (
+            self.d_model as f64,
+            self.d_ff as f64,
+            self.vocab_size as f64,
+        );
+        let inner = (self.n_heads * self.d_kv) as f64;
+        let kv = (groups * self.d_kv) as f64;
+        let self_positions = (self.output_length as f64 + 1.0) / 2.0;
+        let layer = 2.0 * 2.0 * d * (inner + kv)
+            + 4.0 * self_positions * inner
+            + 2.0 * 2.0 * d * inner
+            + 4.0 * self.input_length as f64 * inner
+            + 2.0 * 3.0 * d * ff;
+        self.batch as f64 * (self.n_decoder_layers as f64 * layer + 2.0 * d * vocab)
     }
 
     /// Bytes of weights one decoding step reads (once for the whole batch), f32: per decoder
@@ -147,6 +174,19 @@ pub struct DecodeRow {
     pub machine_read_gbps: f64,
     /// Backend and machine.
     pub device: String,
+    /// Matrix-product FLOPs of one decoding step of the batch (mean over the steps).
+    #[serde(default)]
+    pub flops_per_token: f64,
+    /// This machine's measured matrix-product rate, GFLOP/s (0: not measured).
+    #[serde(default)]
+    pub machine_gflops: f64,
+    /// The step's roofline: max(FLOPs / product rate, bytes read / read bandwidth), seconds (0:
+    /// a ceiling not measured).
+    #[serde(default)]
+    pub roofline_s_per_token: f64,
+    /// Measured seconds per decoding step over the roofline's (0: no roofline).
+    #[serde(default)]
+    pub measured_over_roofline: f64,
 }
 
 /// One row of `rounds.csv`: one timed round of one group count (the interleaved measurements the
@@ -243,6 +283,16 @@ pub fn run(cli: Cli) -> Result<()> {
     } else {
         0.0
     };
+    let machine_gflops = if config.product_size > 0 {
+        let gflops = product_gflops(config.product_size, &device);
+        eprintln!(
+            "matrix-product rate ({0} x {0} x {0}): {gflops:.1} GFLOP/s",
+            config.product_size
+        );
+        gflops
+    } else {
+        0.0
+    };
     let models = models(&config, &device);
     let (encoder, encoded, keep) = time_encoder(&config, &models[0].1, &device);
     let rounds = time_decoding(&config, &models, &encoded, &keep)?;
@@ -266,6 +316,8 @@ pub fn run(cli: Cli) -> Result<()> {
                 config.kv_bytes_per_step(groups),
                 config.weight_bytes_per_step(groups),
             );
+            let flops = config.flops_per_step(groups);
+            let roofline = roofline_seconds(flops, kv + weights, machine_gflops, machine_read_gbps);
             DecodeRow {
                 groups,
                 n_heads: config.n_heads,
@@ -283,6 +335,10 @@ pub fn run(cli: Cli) -> Result<()> {
                 effective_gbps: (kv + weights) / per_token / 1e9,
                 machine_read_gbps,
                 device: provenance.device.clone(),
+                flops_per_token: flops,
+                machine_gflops,
+                roofline_s_per_token: roofline.unwrap_or(0.0),
+                measured_over_roofline: roofline.map_or(0.0, |r| per_token / r),
             }
         })
         .collect();
@@ -438,6 +494,37 @@ pub fn read_bandwidth_gbps(bytes: usize, rounds: usize) -> f64 {
     (data.len() * 4) as f64 / median(&mut times) / 1e9
 }
 
+/// The roofline time of a step of `flops` matrix-product FLOPs reading `bytes`: the larger of the
+/// two times at this machine's product rate (`gflops`) and read bandwidth (`gbps`); none when
+/// either was not measured.
+pub fn roofline_seconds(flops: f64, bytes: f64, gflops: f64, gbps: f64) -> Option<f64> {
+    (gflops > 0.0 && gbps > 0.0).then(|| (flops / (gflops * 1e9)).max(bytes / (gbps * 1e9)))
+}
+
+/// This machine's matrix-product rate in GFLOP/s: one f32 `[n, n] · [n, n]` product through the
+/// fused path where the device has it (the product the models' dense layers use), else the
+/// backend's own, the median of 3 after one untimed.
+pub fn product_gflops(n: usize, device: &Device) -> f64 {
+    use burn::tensor::Distribution;
+    let a = Tensor::<2>::random([n, n], Distribution::Normal(0.0, 1.0), device);
+    let b = Tensor::<2>::random([n, n], Distribution::Normal(0.0, 1.0), device);
+    let fused = model::fused::available(device);
+    let mut times = Vec::new();
+    for round in 0..4 {
+        let start = Instant::now();
+        let c = if fused {
+            model::fused::matmul_2d(a.clone(), b.clone())
+        } else {
+            a.clone().matmul(b.clone())
+        };
+        sync(c);
+        if round > 0 {
+            times.push(start.elapsed().as_secs_f64());
+        }
+    }
+    2.0 * (n as f64).powi(3) / median(&mut times) / 1e9
+}
+
 /// The GQA paper's Table 1 times (seconds per sample, T5-XXL on TPUv4, its own lengths): the
 /// speed ratios it reports, 6.3× for MQA and 5.4× for GQA-8 over MHA.
 pub const PAPER_TABLE1: [(&str, f64); 3] =
@@ -529,6 +616,10 @@ pub fn render(out: &Path) -> Result<()> {
             r.effective_gbps
         );
     }
+    if mha.machine_gflops > 0.0 {
+        md += &roofline_table(&rows, mha);
+        roofline_chart(out, &rows, &device)?;
+    }
     if mha.machine_read_gbps > 0.0 {
         md += &format!(
             "\nThis machine's memory read bandwidth (every core summing a buffer far larger than its caches): \
@@ -549,4 +640,106 @@ pub fn render(out: &Path) -> Result<()> {
         PAPER_TABLE1[0].1 / PAPER_TABLE1[1].1
     );
     write_atomic(&out.join("table.md"), md.as_bytes())
+}
+
+/// The roofline section of `table.md`: per G the step's FLOPs and bytes, its time at this
+/// machine's product rate and read bandwidth, and the measured step over it.
+fn roofline_table(rows: &[DecodeRow], mha: &DecodeRow) -> String {
+    let mut md = format!(
+        "\nRoofline of a decoding step on this machine: max(FLOPs / {:.1} GFLOP/s, bytes read / {:.1} GB/s), the \
+         product rate and read bandwidth measured in this run.\n\n\
+         | G | GFLOP / step | MiB read / step | compute-bound ms | memory-bound ms | roofline ms | measured ms | measured / roofline |\n\
+         |---|---|---|---|---|---|---|---|\n",
+        mha.machine_gflops, mha.machine_read_gbps
+    );
+    for r in rows {
+        let bytes = r.kv_bytes_per_token + r.weight_bytes_per_token;
+        md += &format!(
+            "| {} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}× |\n",
+            r.groups,
+            r.flops_per_token / 1e9,
+            bytes / (1 << 20) as f64,
+            r.flops_per_token / (r.machine_gflops * 1e9) * 1e3,
+            bytes / (r.machine_read_gbps * 1e9) * 1e3,
+            r.roofline_s_per_token * 1e3,
+            r.decoder_s_per_token * 1e3,
+            r.measured_over_roofline
+        );
+    }
+    md
+}
+
+/// `step_vs_roofline.png/svg`: the measured decoding step and its roofline against G, from zero.
+fn roofline_chart(out: &Path, rows: &[DecodeRow], device: &str) -> Result<()> {
+    let points = |f: &dyn Fn(&DecodeRow) -> f64| -> Vec<(f64, f64)> {
+        rows.iter().map(|r| (r.groups as f64, f(r))).collect()
+    };
+    LineChart {
+        title: format!("Decoding step: measured and roofline — {device}"),
+        x_label: "K/V groups G (1 = MQA, H = MHA)".into(),
+        y_label: "ms per decoding step of the batch".into(),
+        x_scale: Scale::Log2,
+        y_scale: Scale::LinearFromZero,
+    }
+    .save(
+        &out.join("step_vs_roofline"),
+        &[
+            Series {
+                name: "measured (median)".into(),
+                points: points(&|r| r.decoder_s_per_token * 1e3),
+            },
+            Series {
+                name: "roofline: max(FLOPs / rate, bytes / bandwidth)".into(),
+                points: points(&|r| r.roofline_s_per_token * 1e3),
+            },
+        ],
+    )
+}
+
+#[cfg(test)]
+mod roofline_tests {
+    use super::*;
+
+    fn config() -> DecodeConfig {
+        let text = crate::configs::builtin("gqa_fig6", Profile::Cpu).unwrap();
+        toml::from_str(text).unwrap()
+    }
+
+    /// The roofline is the slower ceiling, and none without both measurements.
+    #[test]
+    fn roofline_is_the_slower_ceiling() {
+        assert_eq!(roofline_seconds(2e9, 1e9, 100.0, 10.0), Some(0.1));
+        assert_eq!(roofline_seconds(4e10, 1e9, 100.0, 10.0), Some(0.4));
+        assert_eq!(roofline_seconds(4e10, 1e9, 0.0, 10.0), None);
+        assert_eq!(roofline_seconds(4e10, 1e9, 100.0, 0.0), None);
+    }
+
+    /// A decoding step's FLOPs by hand at the cpu profile's T5-XXL layer shapes (d 4096, 64 heads
+    /// of 64, d_ff 10240, vocabulary 32128, 1 decoder layer, input 2048, output 64, batch 32), for
+    /// MHA and MQA: only the K/V projections depend on G.
+    #[test]
+    fn step_flops_count_every_product() {
+        let c = config();
+        let (d, ff, vocab, inner) = (4096.0, 10240.0, 32128.0, 4096.0);
+        assert_eq!(
+            (c.d_model, c.d_ff, c.vocab_size, c.n_heads * c.d_kv),
+            (4096, 10240, 32128, 4096)
+        );
+        let by_hand = |kv: f64| {
+            let layer = 4.0 * d * (inner + kv)
+                + 4.0 * 32.5 * inner
+                + 4.0 * d * inner
+                + 4.0 * 2048.0 * inner
+                + 6.0 * d * ff;
+            32.0 * (layer + 2.0 * d * vocab)
+        };
+        assert_eq!((c.input_length, c.output_length, c.batch), (2048, 64, 32));
+        for (groups, kv) in [(64, 4096.0), (1, 64.0)] {
+            let got = c.flops_per_step(groups);
+            assert!(
+                (got - by_hand(kv)).abs() < 1e-6 * got,
+                "G = {groups}: {got}"
+            );
+        }
+    }
 }
