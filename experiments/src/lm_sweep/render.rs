@@ -74,6 +74,24 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
         Some(times) => StepCost::Timed(times),
         None => StepCost::RunHours,
     };
+    let mut md = legend(table, baseline, cost);
+    let all = summaries(&rows, &config, cost);
+    // The body (below the heading and the legend) is also what the artifact's README shows.
+    let mut body = data_note(&config, &all, unigram);
+    body += &speedup_table(&all, &config, cost, (&every_rate, &rows), &choices);
+    if !choices.is_empty() {
+        body += &lr_choice::table(&choices, &config);
+    }
+    body += &extra_tables(out, &rows, &all, &config)?;
+    md += &body;
+    quality_charts(out, &rows, &all, &config, cost, unigram)?;
+    write_atomic(&out.join("table.md"), md.as_bytes())?;
+    report::readme::fill(&out.join("README.md"), "table.md", &body)?;
+    Ok(())
+}
+
+/// `table.md`'s heading and legend: what each column is, and where the step-time ratio comes from.
+fn legend(table: &str, baseline: &str, cost: StepCost) -> String {
     let step_time_source = match cost {
         StepCost::Timed(_) => format!(
             "The step-time ratio is {baseline}'s seconds per training step / the model's, the median and interquartile range\n\
@@ -88,7 +106,7 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
              has no step-time calibration)."
         ),
     };
-    let mut md = format!(
+    format!(
         "# {table}: perplexity and speedup to {baseline}'s final perplexity\n\n\
          Per model and context, over its seeds: the final held-out perplexity (mean [min–max]); the speedup, {baseline}'s\n\
          training time divided by the time the model takes to reach {baseline}'s final perplexity (linear between\n\
@@ -99,10 +117,14 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
          model land. tokens/s: training tokens over training seconds.\n\
          {step_time_source}\n\
          Generated from `metrics.csv` (each row names its run in the run store).\n\n"
-    );
-    let all = summaries(&rows, &config, cost);
+    )
+}
+
+/// How far the baseline still improved over its last quarter, which split the table reads, how
+/// the training windows were ordered, and the unigram reference.
+fn data_note(config: &LmSweepConfig, all: &[Summary], unigram: Option<f64>) -> String {
+    let baseline = &config.baseline;
     let base_rows: Vec<&Summary> = all.iter().filter(|s| &s.model == baseline).collect();
-    // The body (below the heading and the legend) is also what the artifact's README shows.
     let mut body =
         format!("Past the initial drop: {baseline}'s held-out loss improved by at most ");
     body += &base_rows
@@ -128,22 +150,36 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
             " Unigram reference (no context: the held-out split's own token frequencies): perplexity {u:.1}."
         )),
     );
+    body
+}
+
+/// The speedup table: per model and context its final perplexity, speedup, decomposition and
+/// verdict, and with a rate grid whether the verdict holds at the second-best rate.
+fn speedup_table(
+    all: &[Summary],
+    config: &LmSweepConfig,
+    cost: StepCost,
+    (every_rate, rows): (&[SweepRow], &[SweepRow]),
+    choices: &[RateChoice],
+) -> String {
     let robust_column = !choices.is_empty();
-    body += "| model | context | seeds | steps | run device-hours | run tokens/s | s/step (timed) | final ppl | speedup (device-hours) | = in steps | × step time | reached | verdict |";
+    let mut body = String::from(
+        "| model | context | seeds | steps | run device-hours | run tokens/s | s/step (timed) | final ppl | speedup (device-hours) | = in steps | × step time | reached | verdict |",
+    );
     body += if robust_column {
         " robust to the rate |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     } else {
         "\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     };
-    for s in &all {
-        let verdict = speedup_verdict(s, &config);
+    for s in all {
+        let verdict = speedup_verdict(s, config);
         let robust = match (robust_column, verdict) {
             (false, _) => String::new(),
             (true, None) => " — |".into(),
             (true, Some(v)) => {
                 format!(
                     " {} |",
-                    robust_to_rate(s, v, (&every_rate, &rows), &choices, &config, cost)
+                    robust_to_rate(s, v, (every_rate, rows), choices, config, cost)
                 )
             }
         };
@@ -169,30 +205,49 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
             s.reached.1,
         );
     }
-    if !choices.is_empty() {
-        body += &lr_choice::table(&choices, &config);
-    }
-    match config.table {
-        SweepTable::Speedup => {}
-        SweepTable::ChunkingLoss => {
-            body += &chunking_table(&rows, &all, Pairing::of(config.train_order))
-        }
+    body
+}
+
+/// The table the config's `table` adds (chunking loss, ablations, sizes, the trend with
+/// length), with its charts.
+fn extra_tables(
+    out: &Path,
+    rows: &[SweepRow],
+    all: &[Summary],
+    config: &LmSweepConfig,
+) -> Result<String> {
+    Ok(match config.table {
+        SweepTable::Speedup => String::new(),
+        SweepTable::ChunkingLoss => chunking_table(rows, all, Pairing::of(config.train_order)),
         SweepTable::Ablation => {
-            body += &super::ablation::table(&rows, &config);
-            super::ablation::charts(out, &rows, &config)?;
+            super::ablation::charts(out, rows, config)?;
+            super::ablation::table(rows, config)
         }
         SweepTable::Scaling => {
-            body += &super::scaling::section(&rows, &config)?;
-            super::scaling::charts(out, &rows, &config)?;
+            let section = super::scaling::section(rows, config)?;
+            super::scaling::charts(out, rows, config)?;
+            section
         }
-        SweepTable::LengthTrend => body += &super::length_trend::section(out, &config)?,
-    }
-    md += &body;
+        SweepTable::LengthTrend => super::length_trend::section(out, config)?,
+    })
+}
+
+/// `ppl_<context>.png/svg`: per context, every model's held-out perplexity against device-hours
+/// and steps (seed mean and range).
+fn quality_charts(
+    out: &Path,
+    rows: &[SweepRow],
+    all: &[Summary],
+    config: &LmSweepConfig,
+    cost: StepCost,
+    unigram: Option<f64>,
+) -> Result<()> {
+    let baseline = &config.baseline;
     let objective = match config.objective {
         Objective::Causal => "Causal LM",
         Objective::Masked => "Masked LM",
     };
-    let models = model_order(&rows);
+    let models = model_order(rows);
     for c in all
         .iter()
         .map(|s| s.context)
@@ -205,7 +260,7 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
                     .iter()
                     .find(|s| &s.model == m && s.context == c)
                     .and_then(|s| s.timed_seconds);
-                seed_curve(&rows, m, c, timed, super::ablation::label(&config, m))
+                seed_curve(rows, m, c, timed, super::ablation::label(config, m))
             })
             .collect();
         let Some(base) = all.iter().find(|s| &s.model == baseline && s.context == c) else {
@@ -232,8 +287,6 @@ pub fn render(out: &Path, table: &str, config: Option<&LmSweepConfig>) -> Result
         }
         .save(&out.join(format!("ppl_{c}")), &curves)?;
     }
-    write_atomic(&out.join("table.md"), md.as_bytes())?;
-    report::readme::fill(&out.join("README.md"), "table.md", &body)?;
     Ok(())
 }
 
