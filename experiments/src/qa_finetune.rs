@@ -319,7 +319,6 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
         );
     }
     let devices = cli.train_devices()?;
-    let device = devices[0].clone();
     // 1. The pre-training runs (trained, or reused from the store) and their step times.
     let pre_cli = pretrain_cli(&cli, &config)?;
     let pre_builtin = builtin_of(pre_cli.id);
@@ -345,14 +344,8 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
         }
     }
     // 2. Fine-tuning data: the QA set with the pre-training tokenizer.
-    let spec = data::registry::lookup(&config.dataset)?;
-    let source = data::source::SourceOptions::from_config(&config.data_dir, &config.data_dirs)?;
-    let qa_data = LmData {
-        spec,
-        train_files: data::source::split_files(spec, data::registry::Split::Train, &source)?,
-        eval_files: data::source::split_files(spec, data::registry::Split::Validation, &source)?,
-        tok: lm_data.tok.clone(),
-    };
+    let qa_data = qa_data(&config, &lm_data)?;
+    let spec = qa_data.spec;
     let format = LmQaFormat {
         context: config.context,
         answer_length: config.answer_length,
@@ -395,58 +388,13 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .with_context(|| format!("malformed {}", scores_path.display()))?,
             Err(_) => {
-                let model = pretrained(r, &device)?;
-                let opts = RunOptions {
-                    stop: stop.clone(),
-                    flops_per_step: 0.0,
-                    label: label.clone(),
-                    progress: Progress::Auto,
+                let finetune = Finetune {
+                    config: &config,
+                    devices: &devices,
+                    stop: &stop,
+                    provenance: &provenance,
                 };
-                let outcome = train(&train_cfg, model, &mut task, &devices, &ft_dir, &opts)?;
-                write_json(&ft_dir.join("env.json"), &provenance)?;
-                if outcome.interrupted {
-                    bail!(
-                        "interrupted; run the same command again to resume {}",
-                        ft_dir.display()
-                    );
-                }
-                eprintln!("{label}: generating {} answers", task.eval_examples().len());
-                let model = outcome.model.valid();
-                let inner = device.clone().without_autodiff();
-                let answers = greedy_answers(
-                    &model,
-                    task.eval_examples(),
-                    (config.batch, config.answer_length),
-                    task.tokenizer(),
-                    &inner,
-                )?;
-                let score = metrics::triviaqa::corpus(
-                    task.eval_examples().iter().zip(&answers).map(|(e, a)| {
-                        (
-                            Some(a.as_str()),
-                            e.references.iter().map(String::as_str).collect(),
-                        )
-                    }),
-                );
-                let predictions: Vec<serde_json::Value> = task
-                    .eval_examples()
-                    .iter()
-                    .zip(&answers)
-                    .map(|(e, a)| serde_json::json!({"prediction": a, "answers": e.references}))
-                    .collect();
-                write_json(&ft_dir.join("predictions.json"), &predictions)?;
-                let pretrain_ppl = read_final_ppl(&r.dir)?;
-                let row = ScoreRow {
-                    model: r.model.clone(),
-                    seed: r.seed,
-                    pretrain_run: dir_name(&r.dir),
-                    finetune_run: dir_name(&ft_dir),
-                    pretrain_ppl,
-                    eval_loss: outcome.rows.last().map_or(f64::NAN, |m| m.eval_loss),
-                    f1: score.f1,
-                    exact_match: score.exact_match,
-                    n: score.n,
-                };
+                let row = finetune.run(r, &ft_dir, &mut task, &label)?;
                 write_json(&scores_path, &row)?;
                 row
             }
@@ -470,6 +418,92 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
     render(&cli.out)?;
     eprintln!("wrote {} ({})", cli.out.display(), provenance.device);
     Ok(())
+}
+
+/// The QA dataset's splits with the pre-training sweep's tokenizer.
+fn qa_data(config: &Table4Config, lm_data: &LmData) -> Result<LmData> {
+    let spec = data::registry::lookup(&config.dataset)?;
+    let source = data::source::SourceOptions::from_config(&config.data_dir, &config.data_dirs)?;
+    Ok(LmData {
+        spec,
+        train_files: data::source::split_files(spec, data::registry::Split::Train, &source)?,
+        eval_files: data::source::split_files(spec, data::registry::Split::Validation, &source)?,
+        tok: lm_data.tok.clone(),
+    })
+}
+
+/// What fine-tuning one pre-trained run needs besides the run.
+struct Finetune<'a> {
+    config: &'a Table4Config,
+    devices: &'a [burn::tensor::Device],
+    stop: &'a std::sync::Arc<std::sync::atomic::AtomicBool>,
+    provenance: &'a training::Provenance,
+}
+
+impl Finetune<'_> {
+    /// Fine-tunes pre-trained run `r` on the QA task in `ft_dir` (resuming it), answers the
+    /// held-out questions greedily, scores them with TriviaQA's F1 / EM and writes the
+    /// predictions.
+    fn run(
+        &self,
+        r: &StoredRun,
+        ft_dir: &Path,
+        task: &mut LmQaTask,
+        label: &str,
+    ) -> Result<ScoreRow> {
+        let (config, device) = (self.config, &self.devices[0]);
+        let train_cfg = train_config(config, r.seed);
+        let model = pretrained(r, device)?;
+        let opts = RunOptions {
+            stop: self.stop.clone(),
+            flops_per_step: 0.0,
+            label: label.to_string(),
+            progress: Progress::Auto,
+        };
+        let outcome = train(&train_cfg, model, task, self.devices, ft_dir, &opts)?;
+        write_json(&ft_dir.join("env.json"), self.provenance)?;
+        if outcome.interrupted {
+            bail!(
+                "interrupted; run the same command again to resume {}",
+                ft_dir.display()
+            );
+        }
+        eprintln!("{label}: generating {} answers", task.eval_examples().len());
+        let model = outcome.model.valid();
+        let inner = device.clone().without_autodiff();
+        let answers = greedy_answers(
+            &model,
+            task.eval_examples(),
+            (config.batch, config.answer_length),
+            task.tokenizer(),
+            &inner,
+        )?;
+        let score =
+            metrics::triviaqa::corpus(task.eval_examples().iter().zip(&answers).map(|(e, a)| {
+                (
+                    Some(a.as_str()),
+                    e.references.iter().map(String::as_str).collect(),
+                )
+            }));
+        let predictions: Vec<serde_json::Value> = task
+            .eval_examples()
+            .iter()
+            .zip(&answers)
+            .map(|(e, a)| serde_json::json!({"prediction": a, "answers": e.references}))
+            .collect();
+        write_json(&ft_dir.join("predictions.json"), &predictions)?;
+        Ok(ScoreRow {
+            model: r.model.clone(),
+            seed: r.seed,
+            pretrain_run: dir_name(&r.dir),
+            finetune_run: dir_name(ft_dir),
+            pretrain_ppl: read_final_ppl(&r.dir)?,
+            eval_loss: outcome.rows.last().map_or(f64::NAN, |m| m.eval_loss),
+            f1: score.f1,
+            exact_match: score.exact_match,
+            n: score.n,
+        })
+    }
 }
 
 fn read_metrics(dir: &Path) -> Result<Vec<MetricsRow>> {
