@@ -15,7 +15,45 @@
 
 use anyhow::{Context, Result, bail};
 
-use crate::Profile;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+/// The three scales every experiment has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    /// Seconds; CI runs it.
+    Smoke,
+    /// A real small-scale reproduction on a 2-core CPU (the committed results).
+    Cpu,
+    /// The paper's hyper-parameters, for GPU machines and the real datasets.
+    Paper,
+}
+
+impl Profile {
+    /// Every profile.
+    pub const ALL: [Profile; 3] = [Profile::Smoke, Profile::Cpu, Profile::Paper];
+
+    /// The profile's name, also its config file's stem.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Smoke => "smoke",
+            Profile::Cpu => "cpu",
+            Profile::Paper => "paper",
+        }
+    }
+}
+
+impl FromStr for Profile {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Profile::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .with_context(|| format!("unknown profile `{s}`: choose smoke, cpu or paper"))
+    }
+}
 
 macro_rules! builtin_configs {
     ($($id:literal),* $(,)?) => {
@@ -79,7 +117,7 @@ fn layer(name: &str, profile: Profile) -> Option<&'static str> {
     }
 }
 
-/// The LM sweeps (their binaries' `main` is [`crate::lm_sweep_main`]): the experiments whose runs
+/// The LM sweeps (their binaries' `main` is [`crate::lm_sweep::main`]): the experiments whose runs
 /// can train in `--jobs` worker processes.
 pub const LM_SWEEPS: &[&str] = &[
     "fig5",

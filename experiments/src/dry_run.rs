@@ -16,14 +16,7 @@ use model::{LanguageModel, ModelConfig};
 use training::optimizer::OptimizerConfig;
 use training::trainer::{Stepper, Task, TrainConfig};
 
-/// What `--dry-run` does after resolving the configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum DryRun {
-    /// Build each model and print the plan; nothing is trained or written.
-    Plan,
-    /// The plan, then one real training step of each model with one sequence per batch.
-    Step,
-}
+pub use crate::cli::DryRun;
 
 /// One run's needs, as `--dry-run` prints them.
 #[derive(Clone, Debug)]

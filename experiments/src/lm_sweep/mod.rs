@@ -40,6 +40,16 @@ pub use self::plan::{StoredRun, stored_runs};
 pub use self::results::{read_rows, saved_config, summaries, write_rows};
 pub use crate::verdict::SweepRow;
 
+/// The `main` of an LM-sweep experiment (`fig5`, `fig6`, `table3`, ...): [`run`] with
+/// the experiment's built-in configs ([`crate::configs::builtin`]).
+pub fn main(id: &'static str) {
+    crate::cli::main_of(id, crate::cli::WorkerProcesses::Allowed, |cli| {
+        run(cli, &|profile| {
+            crate::configs::builtin(id, profile).expect("every LM sweep has built-in configs")
+        })
+    });
+}
+
 pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result<()> {
     let table = paper_table(cli.id);
     if cli.report_only {
