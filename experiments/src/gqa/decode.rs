@@ -503,26 +503,21 @@ pub fn roofline_seconds(flops: f64, bytes: f64, gflops: f64, gbps: f64) -> Optio
 
 /// This machine's matrix-product rate in GFLOP/s: one f32 `[n, n] · [n, n]` product through the
 /// fused path where the device has it (the product the models' dense layers use), else the
-/// backend's own, the median of 3 after one untimed.
+/// backend's own, timed as the `matmul_ceiling` benchmark times it
+/// ([`model::runtime::median_seconds`]).
 pub fn product_gflops(n: usize, device: &Device) -> f64 {
     use burn::tensor::Distribution;
     let a = Tensor::<2>::random([n, n], Distribution::Normal(0.0, 1.0), device);
     let b = Tensor::<2>::random([n, n], Distribution::Normal(0.0, 1.0), device);
     let fused = model::fused::available(device);
-    let mut times = Vec::new();
-    for round in 0..4 {
-        let start = Instant::now();
-        let c = if fused {
+    let seconds = model::runtime::median_seconds(|| {
+        sync(if fused {
             model::fused::matmul_2d(a.clone(), b.clone())
         } else {
             a.clone().matmul(b.clone())
-        };
-        sync(c);
-        if round > 0 {
-            times.push(start.elapsed().as_secs_f64());
-        }
-    }
-    2.0 * (n as f64).powi(3) / median(&mut times) / 1e9
+        })
+    });
+    2.0 * (n as f64).powi(3) / seconds / 1e9
 }
 
 /// The GQA paper's Table 1 times (seconds per sample, T5-XXL on TPUv4, its own lengths): the
@@ -548,9 +543,7 @@ pub fn render(out: &Path) -> Result<()> {
     let Some(mha) = rows.iter().max_by_key(|r| r.groups) else {
         bail!("{}: no rows", out.join("decode_time.csv").display());
     };
-    let points = |f: &dyn Fn(&DecodeRow) -> f64| -> Vec<(f64, f64)> {
-        rows.iter().map(|r| (r.groups as f64, f(r))).collect()
-    };
+    let points = |f: &dyn Fn(&DecodeRow) -> f64| per_group(&rows, f);
     let x_label = "K/V groups G (1 = MQA, H = MHA)".to_string();
     // From zero, the parts stacked: the encoder's share is what G cannot change.
     let encoder: Vec<f64> = rows.iter().map(|r| r.encoder_s_per_sample).collect();
@@ -669,11 +662,14 @@ fn roofline_table(rows: &[DecodeRow], mha: &DecodeRow) -> String {
     md
 }
 
+/// A chart series: `f` of each row against its group count.
+fn per_group(rows: &[DecodeRow], f: &dyn Fn(&DecodeRow) -> f64) -> Vec<(f64, f64)> {
+    rows.iter().map(|r| (r.groups as f64, f(r))).collect()
+}
+
 /// `step_vs_roofline.png/svg`: the measured decoding step and its roofline against G, from zero.
 fn roofline_chart(out: &Path, rows: &[DecodeRow], device: &str) -> Result<()> {
-    let points = |f: &dyn Fn(&DecodeRow) -> f64| -> Vec<(f64, f64)> {
-        rows.iter().map(|r| (r.groups as f64, f(r))).collect()
-    };
+    let points = |f: &dyn Fn(&DecodeRow) -> f64| per_group(rows, f);
     LineChart {
         title: format!("Decoding step: measured and roofline — {device}"),
         x_label: "K/V groups G (1 = MQA, H = MHA)".into(),
