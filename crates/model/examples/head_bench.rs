@@ -27,7 +27,13 @@ fn main() {
     let targets = Tensor::<1, Int>::from_data(TensorData::new(ids, [n]), &dev);
     let fused_loss = |weights: Option<&Tensor<1>>| {
         match block {
-            Some(rows) => fused::linear_cross_entropy_in_blocks(&x, &w, &targets, weights, rows),
+            Some(rows) => fused::linear_cross_entropy_in_blocks(
+                &x,
+                (&w, fused::HeadLayout::VocabRows),
+                &targets,
+                weights,
+                rows,
+            ),
             None => fused::linear_cross_entropy(&x, &w, &targets, weights),
         }
         .expect("flex")

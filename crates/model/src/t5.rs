@@ -23,11 +23,17 @@ use burn::nn::{
     RmsNormConfig,
 };
 use burn::prelude::*;
-use burn::tensor::activation::{gelu_approximate, softmax};
+use burn::tensor::activation::softmax;
 
 use crate::attention::MASKED_SCORE;
-use crate::layers::{Direction, future_mask};
+use crate::fused::{self, Activation, Gate, gated_activation};
+use crate::layers::{Direction, future_mask, linear};
 use crate::lm::cross_entropy;
+
+/// `norm(x)` through the fused RMSNorm on `flex`, burn's module elsewhere.
+fn rms_norm<const D: usize>(norm: &RmsNorm, x: Tensor<D>) -> Tensor<D> {
+    fused::rms_norm(&x, &norm.gamma.val(), norm.epsilon).unwrap_or_else(|| norm.forward(x))
+}
 
 /// Padding id; also the decoder's start token (T5's sentencepiece vocabulary).
 pub const PAD_ID: i64 = 0;
@@ -472,16 +478,16 @@ pub struct T5Attention {
 impl T5Attention {
     /// K and V of `source` [B, S, d]: [B, G, S, dk] each, the form the decoding cache stores.
     pub fn project_kv(&self, source: Tensor<3>) -> (Tensor<4>, Tensor<4>) {
-        let k = split_heads(self.k.forward(source.clone()), self.n_kv_heads);
-        let v = split_heads(self.v.forward(source), self.n_kv_heads);
+        let k = split_heads(linear(&self.k, source.clone()), self.n_kv_heads);
+        let v = split_heads(linear(&self.v, source), self.n_kv_heads);
         (k, v)
     }
 
     /// Queries `x` [B, T, d] against given K, V [B, G, S, dk] with `bias` → [B, T, d].
     pub fn attend(&self, x: Tensor<3>, k: Tensor<4>, v: Tensor<4>, bias: Tensor<4>) -> Tensor<3> {
-        let q = split_heads(self.q.forward(x), self.n_heads);
+        let q = split_heads(linear(&self.q, x), self.n_heads);
         let a = grouped_attention(q, k, v, bias, Some(&self.dropout));
-        self.o.forward(merge_heads(a))
+        linear(&self.o, merge_heads(a))
     }
 
     /// Queries `x` [B, T, d] against keys and values projected from `source` [B, S, d] → [B, T, d].
@@ -506,8 +512,9 @@ pub struct GatedGelu {
 impl GatedGelu {
     /// [B, L, d] → [B, L, d]
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let h = gelu_approximate(self.wi_0.forward(x.clone())) * self.wi_1.forward(x);
-        self.wo.forward(self.dropout.forward(h))
+        let gate = Gate::Tensor(linear(&self.wi_1, x.clone()));
+        let h = gated_activation(linear(&self.wi_0, x), None, Activation::GeluTanh, gate);
+        linear(&self.wo, self.dropout.forward(h))
     }
 }
 
@@ -555,21 +562,21 @@ impl T5Layer {
         self_bias: Tensor<4>,
         cross: Option<(CrossSource, Tensor<4>)>,
     ) -> Tensor<3> {
-        let h = self.self_norm.forward(x.clone());
+        let h = rms_norm(&self.self_norm, x.clone());
         let a = match self_kv {
             Some((k, v)) => self.self_attention.attend(h, k, v, self_bias),
             None => self.self_attention.forward(h.clone(), h, self_bias),
         };
         let mut x = x + self.dropout.forward(a);
         if let (Some(layer), Some((source, mask))) = (&self.cross, cross) {
-            let h = layer.norm.forward(x.clone());
+            let h = rms_norm(&layer.norm, x.clone());
             let a = match source {
                 CrossSource::Encoded(encoded) => layer.attention.forward(h, encoded.clone(), mask),
                 CrossSource::Cached(k, v) => layer.attention.attend(h, k.clone(), v.clone(), mask),
             };
             x = x + self.dropout.forward(a);
         }
-        let h = self.ffn.forward(self.ffn_norm.forward(x.clone()));
+        let h = self.ffn.forward(rms_norm(&self.ffn_norm, x.clone()));
         x + self.dropout.forward(h)
     }
 }
@@ -710,12 +717,24 @@ impl T5Model {
         for layer in &stack.layers {
             x = layer.forward(x, None, bias.clone(), None);
         }
-        stack.dropout.forward(stack.final_norm.forward(x))
+        stack.dropout.forward(rms_norm(&stack.final_norm, x))
     }
 
     /// Teacher-forced decoder logits. decoder_inputs: [B, T]; encoded: [B, S, d]; keep: [B, S]
     /// → [B, T, V].
     pub fn decode(
+        &self,
+        decoder_inputs: Tensor<2, Int>,
+        encoded: &Tensor<3>,
+        keep: &Tensor<2, Bool>,
+    ) -> Tensor<3> {
+        self.lm_head
+            .forward(self.decode_hidden(decoder_inputs, encoded, keep))
+    }
+
+    /// The decoder's final hidden states (after its final norm and dropout), the LM head's input:
+    /// [B, T, d].
+    fn decode_hidden(
         &self,
         decoder_inputs: Tensor<2, Int>,
         encoded: &Tensor<3>,
@@ -731,8 +750,7 @@ impl T5Model {
             let cross = Some((CrossSource::Encoded(encoded), cross_bias.clone()));
             x = layer.forward(x, None, self_bias.clone(), cross);
         }
-        let x = stack.dropout.forward(stack.final_norm.forward(x));
-        self.lm_head.forward(x)
+        stack.dropout.forward(rms_norm(&stack.final_norm, x))
     }
 
     /// Logits of `targets` [B, T] given `inputs` [B, S] (teacher forcing) → [B, T, V].
@@ -754,11 +772,16 @@ impl T5Model {
         targets: Tensor<2, Int>,
     ) -> Tensor<1> {
         let [b, t] = targets.dims();
-        let logits = self.forward(inputs, keep, targets.clone());
-        let v = logits.dims()[2];
+        let encoded = self.encode(inputs, keep);
+        let hidden = self.decode_hidden(shift_right(targets.clone()), &encoded, keep);
+        let d = hidden.dims()[2];
+        let hidden = hidden.reshape([b * t, d]);
         let targets = targets.reshape([b * t]);
         let weights = targets.clone().not_equal_elem(PAD_ID).float();
-        cross_entropy(logits.reshape([b * t, v]), targets, Some(weights))
+        // The head and its loss in blocks of rows, never holding the [B·T, V] logits.
+        let head = self.lm_head.weight.val();
+        fused::linear_head_cross_entropy(&hidden, &head, &targets, Some(&weights))
+            .unwrap_or_else(|| cross_entropy(self.lm_head.forward(hidden), targets, Some(weights)))
     }
 
     /// Starts cached decoding: projects every decoder layer's cross-attention K/V once.
@@ -791,7 +814,7 @@ impl T5Model {
         // The query at position t sees keys 0..=t: no causal mask needed.
         let self_bias = stack.position_bias.forward(t, 1, t + 1);
         for (i, layer) in stack.layers.iter().enumerate() {
-            let h = layer.self_norm.forward(x.clone());
+            let h = rms_norm(&layer.self_norm, x.clone());
             let (k, v) = layer.self_attention.project_kv(h);
             let (k, v) = match cache.self_kv[i].take() {
                 Some((pk, pv)) => (Tensor::cat(vec![pk, k], 2), Tensor::cat(vec![pv, v], 2)),
@@ -803,7 +826,7 @@ impl T5Model {
             x = layer.forward(x, Some((k, v)), self_bias.clone(), cross);
         }
         cache.position += 1;
-        self.lm_head.forward(stack.final_norm.forward(x))
+        self.lm_head.forward(rms_norm(&stack.final_norm, x))
     }
 
     /// Greedy decoding of a batch with the KV cache: at most `max_len` tokens per sequence; with

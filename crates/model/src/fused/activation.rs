@@ -10,6 +10,9 @@ pub enum Activation {
     Silu,
     /// `x · Φ(x)` with the exact normal CDF (burn's `gelu`; Transformer FFNs).
     Gelu,
+    /// GELU with the tanh approximation of Φ, `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`
+    /// (burn's `gelu_approximate`; T5.1.1's gated feed-forward, `gelu_new` in transformers).
+    GeluTanh,
 }
 
 /// `erf(x)` (Abramowitz & Stegun 7.1.26; absolute error below 1.5e-7).
@@ -47,12 +50,37 @@ pub(super) fn gelu_derivative(x: f32) -> f32 {
     cdf + x * INV_SQRT_2PI * fast_exp(-0.5 * x * x)
 }
 
+/// `tanh(u)` as `1 − 2 / (e^{2u} + 1)` with [`fast_exp`] (branch-free, so that it vectorises);
+/// exactly ±1 once `|u|` is past ~44, where f32's tanh is ±1 too.
+#[inline(always)]
+fn fast_tanh(u: f32) -> f32 {
+    1.0 - 2.0 / (fast_exp(2.0 * u) + 1.0)
+}
+
+/// √(2/π), the tanh GELU's scale.
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+/// The tanh GELU's cubic coefficient.
+const GELU_TANH_CUBIC: f32 = 0.044_715;
+
+#[inline(always)]
+pub(super) fn gelu_tanh(x: f32) -> f32 {
+    0.5 * x * (1.0 + fast_tanh(SQRT_2_OVER_PI * (x + GELU_TANH_CUBIC * x * x * x)))
+}
+
+#[inline(always)]
+pub(super) fn gelu_tanh_derivative(x: f32) -> f32 {
+    let th = fast_tanh(SQRT_2_OVER_PI * (x + GELU_TANH_CUBIC * x * x * x));
+    let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_TANH_CUBIC * x * x);
+    0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du
+}
+
 impl Activation {
     /// The same activation as plain burn operations.
     pub fn reference<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
         match self {
             Activation::Silu => burn::tensor::activation::silu(x),
             Activation::Gelu => burn::tensor::activation::gelu(x),
+            Activation::GeluTanh => burn::tensor::activation::gelu_approximate(x),
         }
     }
 }
@@ -147,6 +175,7 @@ fn act_forward(x: &[f32], bias: Option<&[f32]>, dim: usize, act: Activation) -> 
                 || match act {
                     Activation::Silu => forward_rows(o, x, bias, dim, silu),
                     Activation::Gelu => forward_rows(o, x, bias, dim, gelu),
+                    Activation::GeluTanh => forward_rows(o, x, bias, dim, gelu_tanh),
                 },
             )
         });
@@ -200,6 +229,9 @@ impl<const P: usize> Backward<Flex, P> for ActBackward {
                             }
                             Activation::Gelu => {
                                 backward_rows((o, x, g), bias, &mut db, dim, gelu_derivative)
+                            }
+                            Activation::GeluTanh => {
+                                backward_rows((o, x, g), bias, &mut db, dim, gelu_tanh_derivative)
                             }
                         }
                         db

@@ -13,7 +13,8 @@
 use super::*;
 
 use super::activation::{
-    Activation, ELEMENTWISE_CHUNK, add_bias, gelu, gelu_derivative, silu, silu_derivative,
+    Activation, ELEMENTWISE_CHUNK, add_bias, gelu, gelu_derivative, gelu_tanh,
+    gelu_tanh_derivative, silu, silu_derivative,
 };
 
 /// Where the gate of [`gated_activation`] comes from.
@@ -116,6 +117,7 @@ fn gated_forward(
                         match act {
                             Activation::Silu => forward_row(o, (xa, xg), (ba, bg), silu),
                             Activation::Gelu => forward_row(o, (xa, xg), (ba, bg), gelu),
+                            Activation::GeluTanh => forward_row(o, (xa, xg), (ba, bg), gelu_tanh),
                         }
                     }
                 },
@@ -185,6 +187,13 @@ fn gated_backward(
                             (ba, bg),
                             sums,
                             (gelu, gelu_derivative),
+                        ),
+                        Activation::GeluTanh => backward_row(
+                            (da, dg),
+                            (xa, xg, gr),
+                            (ba, bg),
+                            sums,
+                            (gelu_tanh, gelu_tanh_derivative),
                         ),
                     }
                 }

@@ -1,4 +1,5 @@
-//! The tied LM head and its cross-entropy loss in one op, in blocks of rows: `logits = X Wᵀ`,
+//! The LM head and its cross-entropy loss in one op, in blocks of rows: `logits = X Wᵀ` (W the
+//! tied embedding [V, d]) or `X W` (an untied head stored as burn's `Linear`, [d, V]: T5),
 //! the weighted mean of `logsumexp(logits) − logits[target]`, and (when autodiff tracks X or W)
 //! the loss's gradients, without ever holding the [N, V] logits or their gradient.
 //!
@@ -36,16 +37,44 @@ fn default_block_rows(v: usize) -> usize {
     (HEAD_BLOCK_BYTES / (v.max(1) * std::mem::size_of::<f32>())).max(1)
 }
 
+/// How the head's weight W is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadLayout {
+    /// [V, d], one row per word: the tied input embedding (`logits = X Wᵀ`).
+    VocabRows,
+    /// [d, V], one column per word: burn's `Linear` (`logits = X W`), T5's untied head.
+    VocabColumns,
+}
+
+impl HeadLayout {
+    /// (V, d) of a weight of shape `dims` in this layout.
+    fn vocab_and_width(self, [a, b]: [usize; 2]) -> (usize, usize) {
+        match self {
+            HeadLayout::VocabRows => (a, b),
+            HeadLayout::VocabColumns => (b, a),
+        }
+    }
+
+    /// The shape of a weight (and of its gradient) with V words of width d.
+    fn shape(self, v: usize, d: usize) -> Vec<usize> {
+        match self {
+            HeadLayout::VocabRows => vec![v, d],
+            HeadLayout::VocabColumns => vec![d, v],
+        }
+    }
+}
+
 /// The gradients a tracked forward computed, for a unit upstream gradient.
 #[derive(Clone)]
 struct HeadGrads {
     /// [N, d]
     dx: Arc<Vec<f32>>,
-    /// [V, d]
+    /// W's shape ([V, d] or [d, V], see [`HeadLayout`])
     dw: Arc<Vec<f32>>,
     n: usize,
     v: usize,
     d: usize,
+    layout: HeadLayout,
 }
 
 impl fmt::Debug for HeadGrads {
@@ -61,7 +90,14 @@ impl Backward<Flex, 2> for HeadBackward {
     type State = HeadGrads;
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let HeadGrads { dx, dw, n, v, d } = ops.state;
+        let HeadGrads {
+            dx,
+            dw,
+            n,
+            v,
+            d,
+            layout,
+        } = ops.state;
         let g = contiguous(&grads.consume::<Flex>(&ops.node));
         let g = slice(&g)[0];
         let scaled = |x: Arc<Vec<f32>>| {
@@ -75,18 +111,19 @@ impl Backward<Flex, 2> for HeadBackward {
         register_grads(
             grads,
             parents,
-            [(scaled(dx), vec![n, d]), (scaled(dw), vec![v, d])],
+            [(scaled(dx), vec![n, d]), (scaled(dw), layout.shape(v, d))],
         );
     }
 }
 
-/// (dX [N, d], dW [V, d]) for a unit upstream gradient.
+/// (dX [N, d], dW of W's shape) for a unit upstream gradient.
 type DxDw = (Vec<f32>, Vec<f32>);
 
-/// The loss and, when `with_grads`, the gradients (dX [N, d], dW [V, d]) for a unit upstream
-/// gradient. x: [N, d], w: [V, d], row-major; `coef[r]`: row r's weight in the loss.
+/// The loss and, when `with_grads`, the gradients (dX [N, d], dW of W's shape) for a unit
+/// upstream gradient. x: [N, d], w: [V, d] or [d, V] as `layout` says, row-major; `coef[r]`: row
+/// r's weight in the loss.
 fn head_forward(
-    (x, w): (&[f32], &[f32]),
+    (x, w, layout): (&[f32], &[f32], HeadLayout),
     (n, v, d): (usize, usize, usize),
     targets: &[i64],
     coef: &[f32],
@@ -108,9 +145,15 @@ fn head_forward(
             xb.extend_from_slice(&x[r * d..(r + 1) * d]);
         }
         logits.resize(rb * v, 0.0);
+        // W as the (d × v) right operand of the logits and as the (v × d) one of dX = G W, each
+        // (row stride, column stride).
+        let (w_dv, w_vd) = match layout {
+            HeadLayout::VocabRows => ((1, d), (d, 1)),
+            HeadLayout::VocabColumns => ((v, 1), (1, v)),
+        };
         {
             let _timer = profile::Timer::start(profile::Part::Products);
-            // SAFETY: xb is rb × d, w is v × d read as its transpose (d × v), logits rb × v.
+            // SAFETY: xb is rb × d, w holds v · d floats read as d × v, logits rb × v.
             unsafe {
                 matmul(
                     (rb, v, d),
@@ -118,7 +161,7 @@ fn head_forward(
                     v,
                     false,
                     (xb.as_ptr(), d, 1),
-                    (w.as_ptr(), 1, d),
+                    (w.as_ptr(), w_dv.0, w_dv.1),
                     1.0,
                     Parallelism::Rayon(0),
                 );
@@ -157,8 +200,8 @@ fn head_forward(
         };
         let _timer = profile::Timer::start(profile::Part::Products);
         dxb.resize(rb * d, 0.0);
-        // SAFETY: logits (now the block's gradient G) is rb × v, w v × d, dxb rb × d; Gᵀ is
-        // v × rb read through G's strides, xb rb × d, dw v × d.
+        // SAFETY: logits (now the block's gradient G) is rb × v, w v · d floats read as v × d,
+        // dxb rb × d; Gᵀ is v × rb and xbᵀ d × rb read through their strides, dw v · d floats.
         unsafe {
             // dX_block = G W
             matmul(
@@ -167,21 +210,33 @@ fn head_forward(
                 d,
                 false,
                 (logits.as_ptr(), v, 1),
-                (w.as_ptr(), d, 1),
+                (w.as_ptr(), w_vd.0, w_vd.1),
                 1.0,
                 Parallelism::Rayon(0),
             );
-            // dW += Gᵀ X_block, blocks in row order
-            matmul(
-                (v, d, rb),
-                dw.as_mut_ptr(),
-                d,
-                i > 0,
-                (logits.as_ptr(), 1, v),
-                (xb.as_ptr(), d, 1),
-                1.0,
-                Parallelism::Rayon(0),
-            );
+            // dW += Gᵀ X_block ([V, d]) or X_blockᵀ G ([d, V]), blocks in row order
+            match layout {
+                HeadLayout::VocabRows => matmul(
+                    (v, d, rb),
+                    dw.as_mut_ptr(),
+                    d,
+                    i > 0,
+                    (logits.as_ptr(), 1, v),
+                    (xb.as_ptr(), d, 1),
+                    1.0,
+                    Parallelism::Rayon(0),
+                ),
+                HeadLayout::VocabColumns => matmul(
+                    (d, v, rb),
+                    dw.as_mut_ptr(),
+                    v,
+                    i > 0,
+                    (xb.as_ptr(), 1, d),
+                    (logits.as_ptr(), v, 1),
+                    1.0,
+                    Parallelism::Rayon(0),
+                ),
+            }
         }
         for (j, &r) in block.iter().enumerate() {
             dx[r * d..(r + 1) * d].copy_from_slice(&dxb[j * d..(j + 1) * d]);
@@ -201,14 +256,28 @@ pub fn linear_cross_entropy(
     weights: Option<&Tensor<1>>,
 ) -> Option<Tensor<1>> {
     let v = w.dims()[0];
-    linear_cross_entropy_in_blocks(x, w, targets, weights, default_block_rows(v))
+    let block = default_block_rows(v);
+    linear_cross_entropy_in_blocks(x, (w, HeadLayout::VocabRows), targets, weights, block)
 }
 
-/// [`linear_cross_entropy`] with `block_rows` rows per block (the tests use blocks that do not
-/// divide N).
-pub fn linear_cross_entropy_in_blocks(
+/// [`linear_cross_entropy`] for an untied head stored as burn's `Linear` without a bias: w is
+/// [d, V] and the logits are `x w` (T5.1.1's `lm_head`).
+pub fn linear_head_cross_entropy(
     x: &Tensor<2>,
     w: &Tensor<2>,
+    targets: &Tensor<1, Int>,
+    weights: Option<&Tensor<1>>,
+) -> Option<Tensor<1>> {
+    let v = w.dims()[1];
+    let block = default_block_rows(v);
+    linear_cross_entropy_in_blocks(x, (w, HeadLayout::VocabColumns), targets, weights, block)
+}
+
+/// [`linear_cross_entropy`] or [`linear_head_cross_entropy`] as `layout` says, with `block_rows`
+/// rows per block (the tests use blocks that do not divide N).
+pub fn linear_cross_entropy_in_blocks(
+    x: &Tensor<2>,
+    (w, layout): (&Tensor<2>, HeadLayout),
     targets: &Tensor<1, Int>,
     weights: Option<&Tensor<1>>,
     block_rows: usize,
@@ -217,10 +286,13 @@ pub fn linear_cross_entropy_in_blocks(
     if route == Route::Reference {
         return None;
     }
-    let ([n, d], [v, d2]) = (x.dims(), w.dims());
+    let [n, d] = x.dims();
+    let (v, d2) = layout.vocab_and_width(w.dims());
     assert_eq!(
-        d, d2,
-        "linear_cross_entropy: X [{n}, {d}] against W [{v}, {d2}]"
+        d,
+        d2,
+        "linear_cross_entropy: X [{n}, {d}] against W {:?} ({layout:?})",
+        w.dims()
     );
     let targets = super::cross_entropy::host_targets(targets, v)?;
     assert_eq!(targets.len(), n, "linear_cross_entropy: one target per row");
@@ -241,7 +313,7 @@ pub fn linear_cross_entropy_in_blocks(
                 contiguous(&w.clone().try_into_primitive::<Flex>().ok()?),
             );
             let (loss, _) = head_forward(
-                (slice(&px), slice(&pw)),
+                (slice(&px), slice(&pw), layout),
                 (n, v, d),
                 &targets,
                 &coef,
@@ -256,7 +328,7 @@ pub fn linear_cross_entropy_in_blocks(
                 w.clone().try_into_primitive::<Ad>().ok()?,
             );
             let (px, pw) = (contiguous(tx.primitive()), contiguous(tw.primitive()));
-            let inputs = ((slice(&px), slice(&pw)), (n, v, d));
+            let inputs = ((slice(&px), slice(&pw), layout), (n, v, d));
             let out = match HeadBackward
                 .prepare::<NoCheckpointing>([tx.node(), tw.node()])
                 .compute_bound()
@@ -272,6 +344,7 @@ pub fn linear_cross_entropy_in_blocks(
                         n,
                         v,
                         d,
+                        layout,
                     };
                     prep.finish(state, loss_tensor(loss))
                 }

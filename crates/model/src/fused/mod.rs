@@ -20,12 +20,14 @@
 //! - [`activation`]: SiLU and GELU in one pass each way (burn records four to six ops for each);
 //! - [`gated_activation`]: `act(x + b) ⊙ gate`, GAU's gate with U's SiLU folded in and the GLU
 //!   feed-forward from one product, one parallel pass each way;
-//! - [`linear_cross_entropy`]: the tied LM head and its loss in blocks of rows, the gradients
+//! - [`linear_cross_entropy`]: the LM head (tied, or untied: [`linear_head_cross_entropy`]) and its
+//!   loss in blocks of rows, the gradients
 //!   computed in the forward, never holding the [N, V] logits;
 //! - [`matmul_2d`]: dense products (projections, feed-forward layers, the LM head) with gemm
 //!   called directly, forward and backward; [`affine_2d`] the same with a linear layer's bias added
 //!   inside the product (gemm accumulates onto the bias rows; its gradient a parallel column sum);
 //! - [`layer_norm`]: LayerNorm, one pass each way (burn's autodiff records nine ops for it);
+//!   [`rms_norm`] the same without centring (T5);
 //! - [`cross_entropy_rows`]: `logsumexp(x) − x[target]` per row, whose gradient is
 //!   `softmax(x) − onehot(target)`: one pass forward, one backward.
 //!
@@ -89,8 +91,23 @@ pub fn forced_reference() -> bool {
     std::env::var("REPRO_KERNELS").is_ok_and(|v| v == "reference")
 }
 
+thread_local! {
+    /// Set inside [`with_reference`].
+    static REFERENCE_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with every fused kernel called from this thread taking the plain burn reference, as
+/// `REPRO_KERNELS=reference` does for the whole process: for tests that compare a whole model's
+/// outputs and gradients on both paths.
+pub fn with_reference<R>(f: impl FnOnce() -> R) -> R {
+    let before = REFERENCE_HERE.with(|r| r.replace(true));
+    let out = f();
+    REFERENCE_HERE.with(|r| r.set(before));
+    out
+}
+
 fn route(device: &Device) -> Route {
-    if forced_reference() {
+    if forced_reference() || REFERENCE_HERE.with(|r| r.get()) {
         return Route::Reference;
     }
     match device.as_dispatch() {
@@ -367,8 +384,11 @@ pub use chunk_linear::chunk_linear_attention;
 pub use cross_entropy::cross_entropy_rows;
 pub use gate::{Gate, gated_activation};
 pub use heads::{merge_heads, split_heads};
-pub use linear_ce::{HEAD_BLOCK_BYTES, linear_cross_entropy, linear_cross_entropy_in_blocks};
-pub use norm::layer_norm;
+pub use linear_ce::{
+    HEAD_BLOCK_BYTES, HeadLayout, linear_cross_entropy, linear_cross_entropy_in_blocks,
+    linear_head_cross_entropy,
+};
+pub use norm::{layer_norm, rms_norm};
 pub use product::{affine_2d, matmul_2d};
 pub use rotary::{RotaryTables, rotary};
 

@@ -1,4 +1,4 @@
-//! LayerNorm over the last dimension: one pass forward, one backward.
+//! LayerNorm and RMSNorm over the last dimension: one pass forward, one backward.
 //!
 //! burn's autodiff has no LayerNorm op of its own: it records the decomposition of
 //! `Backend::layer_norm` (mean, subtract, square, mean, add ε, sqrt, divide, scale, shift), nine
@@ -7,6 +7,8 @@
 //! `y = (x − μ) · rstd · γ + β` with `rstd = 1 / sqrt(σ² + ε)` and keeps (μ, rstd) per row; the
 //! backward computes, per row, with `x̂ = (x − μ) · rstd` and `ĝ = dy ⊙ γ`,
 //! `dx = rstd · (ĝ − mean(ĝ) − x̂ · mean(ĝ ⊙ x̂))`, and sums `dγ = Σ dy ⊙ x̂`, `dβ = Σ dy` over rows.
+//! RMSNorm (T5) is the same without centring: μ = 0, no β, and no `mean(ĝ)` term in `dx`
+//! (burn's `RmsNorm` records six ops forward).
 
 #[allow(unused_imports)]
 use super::*;
@@ -14,7 +16,17 @@ use super::*;
 /// Rows per parallel task.
 const NORM_ROWS: usize = 64;
 
-/// Per-row statistics kept for the backward: the mean and `1 / sqrt(var + eps)`.
+/// Which normalisation: the two differ only in whether rows are centred.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Formula {
+    /// LayerNorm: `(x − μ) / sqrt(σ² + ε)`.
+    Layer,
+    /// RMSNorm: `x / sqrt(mean(x²) + ε)`.
+    Rms,
+}
+
+/// Per-row statistics kept for the backward: the mean (0 for RMSNorm) and `1 / sqrt(var + eps)`
+/// (var the mean square for RMSNorm).
 struct RowStats {
     mean: Vec<f32>,
     rstd: Vec<f32>,
@@ -26,7 +38,7 @@ fn norm_forward(
     d: usize,
     gamma: &[f32],
     beta: Option<&[f32]>,
-    eps: f32,
+    (eps, formula): (f32, Formula),
 ) -> (Vec<f32>, RowStats) {
     let _timer = profile::Timer::start(profile::Part::Elementwise);
     let rows = x.len() / d;
@@ -44,7 +56,10 @@ fn norm_forward(
                 || {
                     let inv_d = 1.0 / d as f32;
                     for (((o, x), mu), rs) in o.chunks_mut(d).zip(x.chunks(d)).zip(mu).zip(rs) {
-                        let m = simd::sum(x) * inv_d;
+                        let m = match formula {
+                            Formula::Layer => simd::sum(x) * inv_d,
+                            Formula::Rms => 0.0,
+                        };
                         let var = simd::sum_map(x, |v| (v - m) * (v - m)) * inv_d;
                         let r = 1.0 / (var + eps).sqrt();
                         match beta {
@@ -74,7 +89,7 @@ fn norm_backward(
     g: &[f32],
     d: usize,
     gamma: &[f32],
-    stats: &RowStats,
+    (stats, formula): (&RowStats, Formula),
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let _timer = profile::Timer::start(profile::Part::Elementwise);
     let mut dx = zeros(x.len());
@@ -105,7 +120,10 @@ fn norm_backward(
                             *dg += g * *xh;
                             *db += g;
                         }
-                        let mean_g = simd::sum(dx) * inv_d;
+                        let mean_g = match formula {
+                            Formula::Layer => simd::sum(dx) * inv_d,
+                            Formula::Rms => 0.0,
+                        };
                         let mean_gx = simd::dot(dx, &xhat) * inv_d;
                         for (dx, &xh) in dx.iter_mut().zip(&xhat) {
                             *dx = r * (*dx - mean_g - xh * mean_gx);
@@ -124,6 +142,7 @@ struct NormSaved {
     input: FlexTensor,
     gamma: Arc<Vec<f32>>,
     stats: Arc<RowStats>,
+    formula: Formula,
 }
 
 impl fmt::Debug for NormSaved {
@@ -148,7 +167,7 @@ impl<const P: usize> Backward<Flex, P> for NormBackward {
             slice(&grad),
             d,
             &saved.gamma,
-            &saved.stats,
+            (&saved.stats, saved.formula),
         );
         let results = [
             (Some(dx), shape),
@@ -171,18 +190,35 @@ pub fn layer_norm<const D: usize>(
     beta: Option<&Tensor<1>>,
     eps: f64,
 ) -> Option<Tensor<D>> {
+    normalise(x, gamma, beta, (eps as f32, Formula::Layer))
+}
+
+/// RMSNorm over the last dimension, `x / sqrt(mean(x²) + eps) · γ` (burn's `RmsNorm`, T5's
+/// layer norm), fused on `flex` (see the module doc); `None` elsewhere, where callers use burn's
+/// module.
+///
+/// x: [.., d]; gamma: [d] → [.., d].
+pub fn rms_norm<const D: usize>(x: &Tensor<D>, gamma: &Tensor<1>, eps: f64) -> Option<Tensor<D>> {
+    normalise(x, gamma, None, (eps as f32, Formula::Rms))
+}
+
+fn normalise<const D: usize>(
+    x: &Tensor<D>,
+    gamma: &Tensor<1>,
+    beta: Option<&Tensor<1>>,
+    (eps, formula): (f32, Formula),
+) -> Option<Tensor<D>> {
     let d = x.dims()[D - 1];
-    assert_eq!(gamma.dims()[0], d, "layer norm scale width");
+    assert_eq!(gamma.dims()[0], d, "norm scale width");
     if let Some(b) = beta {
-        assert_eq!(b.dims()[0], d, "layer norm offset width");
+        assert_eq!(b.dims()[0], d, "norm offset width");
     }
-    let eps = eps as f32;
     match route(&x.device()) {
         Route::Reference => None,
         Route::Plain => {
             let p = contiguous(&x.clone().try_into_primitive::<Flex>().ok()?);
             let (gamma, beta) = (host_vec(gamma), beta.map(host_vec));
-            let (out, _) = norm_forward(slice(&p), d, &gamma, beta.as_deref(), eps);
+            let (out, _) = norm_forward(slice(&p), d, &gamma, beta.as_deref(), (eps, formula));
             Some(Tensor::from_primitive::<Flex>(flex_from(out, dims(&p))))
         }
         Route::Autodiff => {
@@ -195,13 +231,19 @@ pub fn layer_norm<const D: usize>(
             let input = contiguous(t.primitive());
             let gamma_host = Arc::new(host_vec(gamma));
             let beta_host = beta.map(host_vec);
-            let (out, stats) =
-                norm_forward(slice(&input), d, &gamma_host, beta_host.as_deref(), eps);
+            let (out, stats) = norm_forward(
+                slice(&input),
+                d,
+                &gamma_host,
+                beta_host.as_deref(),
+                (eps, formula),
+            );
             let output = flex_from(out, dims(&input));
             let saved = NormSaved {
                 input,
                 gamma: gamma_host,
                 stats: Arc::new(stats),
+                formula,
             };
             let out = match tb {
                 Some(tb) => record(

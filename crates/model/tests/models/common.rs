@@ -2,9 +2,20 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::Gradients;
+use model::fused::simd::{self, SimdLevel};
 use model::gau::GauScoring;
 pub use model::testing::{max_rel_diff, token_tensor, tokens, values};
 use model::{Architecture, ModelConfig};
+
+/// Runs `check` with the fused kernels at each SIMD level this CPU supports (`fused::simd`'s run-time
+/// dispatch), so that every compiled version of a kernel meets the same independent reference.
+pub fn at_every_simd_level(check: impl Fn()) {
+    for level in SimdLevel::supported_levels() {
+        // Printed so that a failure names the level (the test harness shows it on failure).
+        eprintln!("fused kernels at SIMD level {}", level.name());
+        simd::with_level(level, &check);
+    }
+}
 
 pub fn device() -> Device {
     Device::flex()

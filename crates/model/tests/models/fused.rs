@@ -10,8 +10,8 @@ use model::attention::{
 };
 use model::fused::simd::{self, SimdLevel};
 use model::fused::{
-    self, Activation, AttentionSpec, Gate, ROW_BLOCK, SHORT_ROW_BLOCK, SHORT_ROW_BLOCK_MAX_FLOATS,
-    ScoreFn, activation, bias_activation, fast_exp, gated_activation,
+    self, Activation, AttentionSpec, Gate, HeadLayout, ROW_BLOCK, SHORT_ROW_BLOCK,
+    SHORT_ROW_BLOCK_MAX_FLOATS, ScoreFn, activation, bias_activation, fast_exp, gated_activation,
 };
 use model::gau::{GauConfig, GauSpan};
 use model::layers::Rope;
@@ -19,18 +19,9 @@ use model::lm::cross_entropy_rows_reference;
 use model::{Direction, cross_entropy};
 
 use crate::common::{
-    assert_close, assert_grads_close, autodiff_device, backward_with, device, grad, randn, values,
+    assert_close, assert_grads_close, at_every_simd_level, autodiff_device, backward_with, device,
+    grad, randn, values,
 };
-
-/// Runs `check` with the fused kernels at each SIMD level this CPU supports (`fused::simd`'s run-time
-/// dispatch), so that every compiled version of a kernel meets the same independent reference.
-fn at_every_simd_level(check: impl Fn()) {
-    for level in SimdLevel::supported_levels() {
-        // Printed so that a failure names the level (the test harness shows it on failure).
-        eprintln!("fused kernels at SIMD level {}", level.name());
-        simd::with_level(level, &check);
-    }
-}
 
 fn reference(
     spec: AttentionSpec,
@@ -421,8 +412,9 @@ fn fused_linear_cross_entropy_matches_head_and_loss_values_and_gradients() {
 }
 
 /// The fused head + loss against `X Wᵀ` (burn's matmul), `log_softmax`, `gather` and the weighted
-/// mean, values and the gradients of X and W (through a random upstream scale), over blocks that
-/// do not divide N, one block, weights with zeros (skipped rows), all-zero weights, none.
+/// mean, values and the gradients of X and W (through a random upstream scale), with W stored
+/// either way ([V, d] tied, [d, V] untied), over blocks that do not divide N, one block, weights
+/// with zeros (skipped rows), all-zero weights, none.
 fn fused_linear_cross_entropy_matches_head_and_loss_values_and_gradients_at_this_level() {
     let dev = autodiff_device();
     let (n, v, d) = (45, 70, 12);
@@ -444,11 +436,23 @@ fn fused_linear_cross_entropy_matches_head_and_loss_values_and_gradients_at_this
             [grad(&x, &gr), grad(&w, &gr)]
         };
         let ref_grads = grads(reference.clone());
-        for block_rows in [7, 64] {
-            let what = format!("{which}, blocks of {block_rows} rows");
+        for (layout, block_rows) in [
+            (HeadLayout::VocabRows, 7),
+            (HeadLayout::VocabRows, 64),
+            (HeadLayout::VocabColumns, 7),
+            (HeadLayout::VocabColumns, 64),
+        ] {
+            let what = format!("{which}, {layout:?}, blocks of {block_rows} rows");
+            // The untied layout's weight is Wᵀ as its own leaf ([d, V]); its gradient is the
+            // transpose of W's.
+            let wt = Tensor::<2>::from_data(w.clone().transpose().into_data(), &dev).require_grad();
+            let head = match layout {
+                HeadLayout::VocabRows => &w,
+                HeadLayout::VocabColumns => &wt,
+            };
             let fused_loss = fused::linear_cross_entropy_in_blocks(
                 &x,
-                &w,
+                (head, layout),
                 &targets,
                 weights.as_ref(),
                 block_rows,
@@ -460,11 +464,16 @@ fn fused_linear_cross_entropy_matches_head_and_loss_values_and_gradients_at_this
                 1e-5,
                 &what,
             );
-            assert_grads_close(&["dX", "dW"], &grads(fused_loss), &ref_grads, 1e-4, &what);
+            let gr = backward_with(fused_loss, &upstream);
+            let dw = match layout {
+                HeadLayout::VocabRows => grad(&w, &gr),
+                HeadLayout::VocabColumns => values(wt.grad(&gr).expect("dWᵀ").transpose()),
+            };
+            assert_grads_close(&["dX", "dW"], &[grad(&x, &gr), dw], &ref_grads, 1e-4, &what);
             // Without autodiff: the loss alone.
             let plain = fused::linear_cross_entropy_in_blocks(
                 &x.clone().inner(),
-                &w.clone().inner(),
+                (&head.clone().inner(), layout),
                 &targets.clone().inner(),
                 weights.clone().map(|w| w.inner()).as_ref(),
                 block_rows,
@@ -565,7 +574,7 @@ fn fused_activations_match_burn_values_and_gradients_at_this_level() {
     let dev = autodiff_device();
     let x = randn([3, 50, 7], 1, &dev).mul_scalar(4.0).require_grad();
     let w = randn([3, 50, 7], 2, &dev);
-    for act in [Activation::Silu, Activation::Gelu] {
+    for act in [Activation::Silu, Activation::Gelu, Activation::GeluTanh] {
         let fused_out = activation(x.clone(), act);
         let ref_out = act.reference(x.clone());
         let what = format!("{act:?}");
@@ -708,7 +717,7 @@ fn fused_bias_activation_matches_reference_values_and_gradients_at_this_level() 
     let x = randn([5, 3001, 7], 1, &dev).mul_scalar(3.0).require_grad();
     let bias = randn([7], 2, &dev).require_grad();
     let w = randn([5, 3001, 7], 3, &dev);
-    for act in [Activation::Silu, Activation::Gelu] {
+    for act in [Activation::Silu, Activation::Gelu, Activation::GeluTanh] {
         let fused_out = bias_activation(x.clone(), Some(bias.clone()), act);
         let ref_out = act.reference(x.clone() + bias.clone().reshape([1, 1, 7]));
         let what = format!("{act:?} with bias");
@@ -754,7 +763,7 @@ fn fused_gated_activations_match_reference_values_and_gradients_at_this_level() 
             }
             None => x,
         };
-        for act in [Activation::Silu, Activation::Gelu] {
+        for act in [Activation::Silu, Activation::Gelu, Activation::GeluTanh] {
             for with_bias in [true, false] {
                 // The separate gate: act(x + b) ⊙ gate.
                 let what = format!("{act:?}, gate tensor, f {f}, bias {with_bias}");
@@ -918,6 +927,50 @@ fn fused_layer_norm_matches_the_formula_values_and_gradients_at_this_level() {
     }
 }
 
+#[test]
+fn fused_rms_norm_matches_the_formula_values_and_gradients() {
+    at_every_simd_level(fused_rms_norm_matches_the_formula_values_and_gradients_at_this_level);
+}
+
+/// RMSNorm (T5) by the formula in plain burn ops, `x / sqrt(mean(x²) + eps) · γ`, against the fused
+/// kernel and against burn's `RmsNorm` module; a common offset that must *not* be removed.
+fn fused_rms_norm_matches_the_formula_values_and_gradients_at_this_level() {
+    let dev = autodiff_device();
+    let eps = 1e-6;
+    let x = randn([3, 45, 37], 1, &dev)
+        .mul_scalar(2.0)
+        .add_scalar(1.5)
+        .require_grad();
+    let gamma = randn([37], 2, &dev).add_scalar(1.0).require_grad();
+    let w = randn([3, 45, 37], 4, &dev);
+    let fused_out = fused::rms_norm(&x, &gamma, eps).expect("flex");
+    let formula = x.clone() / x.clone().powi_scalar(2).mean_dim(2).add_scalar(eps).sqrt()
+        * gamma.clone().reshape([1, 1, 37]);
+    let module = burn::nn::RmsNorm {
+        gamma: burn::module::Param::from_tensor(gamma.clone()),
+        epsilon: eps,
+    };
+    let burn_out = module.forward(x.clone());
+    assert_close(
+        &values(fused_out.clone()),
+        &values(formula.clone()),
+        1e-5,
+        "rms norm",
+    );
+    assert_close(
+        &values(burn_out),
+        &values(formula.clone()),
+        1e-5,
+        "burn's RmsNorm",
+    );
+    let g = |out: Tensor<3>| {
+        let gr = backward_with(out, &w);
+        vec![grad(&x, &gr), grad(&gamma, &gr)]
+    };
+    let (a, r) = (g(fused_out), g(formula));
+    assert_grads_close(&["dx", "dgamma"], &a, &r, 2e-4, "rms norm");
+}
+
 /// Every fused kernel gives the same bits at every SIMD level: the kernels' reductions use the same
 /// partial sums in the same order at every width, and Rust does not contract `a * b + c` into an
 /// FMA, so a wider build may only change speed. (gemm picks its own kernels, the same for every
@@ -973,6 +1026,13 @@ fn fused_kernels_give_the_same_bits_at_every_simd_level() {
         let g_aff = aff.clone().sum().backward();
         let act = bias_activation(x.clone(), Some(bias.clone()), Activation::Gelu);
         let g_act = backward_with(act.clone(), &w);
+        let tanh_act = gated_activation(
+            x.clone(),
+            None,
+            Activation::GeluTanh,
+            Gate::Tensor(w.clone()),
+        );
+        let g_tanh_act = backward_with(tanh_act.clone(), &w);
         let rows = fused::cross_entropy_rows(&logits, &targets).expect("flex");
         let g_ce = rows.clone().sum().backward();
         let spec = AttentionSpec {
@@ -986,6 +1046,8 @@ fn fused_kernels_give_the_same_bits_at_every_simd_level() {
         let g_rot = backward_with(rot.clone(), &w_rot);
         let norm = fused::layer_norm(&x, &bias, Some(&bias), 1e-5).expect("flex");
         let g_norm = backward_with(norm.clone(), &w);
+        let rms = fused::rms_norm(&x, &bias, 1e-6).expect("flex");
+        let g_rms = backward_with(rms.clone(), &w);
         // The head + loss: X [41, 37] (x's first sequence), W [29, 37] (logits' rows as words).
         let hx = x.clone().narrow(0, 0, 1).reshape([41, 37]);
         let hw = logits.clone().narrow(1, 0, 37);
@@ -993,8 +1055,14 @@ fn fused_kernels_give_the_same_bits_at_every_simd_level() {
             TensorData::new((0..41i64).map(|i| (i * 3) % 29).collect::<Vec<_>>(), [41]),
             &dev,
         );
-        let head =
-            fused::linear_cross_entropy_in_blocks(&hx, &hw, &htargets, None, 16).expect("flex");
+        let head = fused::linear_cross_entropy_in_blocks(
+            &hx,
+            (&hw, HeadLayout::VocabRows),
+            &htargets,
+            None,
+            16,
+        )
+        .expect("flex");
         let g_head = head.clone().backward();
         vec![
             values(glu),
@@ -1008,6 +1076,8 @@ fn fused_kernels_give_the_same_bits_at_every_simd_level() {
             values(act),
             grad(&x, &g_act),
             grad(&bias, &g_act),
+            values(tanh_act),
+            grad(&x, &g_tanh_act),
             values(rows),
             grad(&logits, &g_ce),
             values(att),
@@ -1019,6 +1089,9 @@ fn fused_kernels_give_the_same_bits_at_every_simd_level() {
             grad(&r_in, &g_rot),
             values(norm),
             grad(&x, &g_norm),
+            values(rms),
+            grad(&x, &g_rms),
+            grad(&bias, &g_rms),
             grad(&bias, &g_norm),
             values(head),
             grad(&x, &g_head),
