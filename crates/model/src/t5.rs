@@ -358,8 +358,8 @@ pub struct RelativePositionBias {
 
 impl RelativePositionBias {
     /// Bias of queries at positions `q_start .. q_start + q_len` against keys `0 .. k_len`:
-    /// [1, H, q_len, k_len].
-    pub fn forward(&self, q_start: usize, q_len: usize, k_len: usize) -> Tensor<4> {
+    /// [H, q_len, k_len].
+    pub fn forward(&self, q_start: usize, q_len: usize, k_len: usize) -> Tensor<3> {
         let weight = self.embedding.weight.val();
         let [_, h] = weight.dims();
         let (direction, n, max) = (self.direction, self.n_buckets, self.max_distance);
@@ -378,7 +378,39 @@ impl RelativePositionBias {
             .select(0, buckets)
             .reshape([q_len, k_len, h])
             .permute([2, 0, 1])
-            .unsqueeze::<4>()
+    }
+}
+
+/// The additive terms of a T5 attention's scores, kept apart so that the fused kernel reads each
+/// in place (the position table per head, the padding per sequence) instead of a dense
+/// [B, H, T, S] sum.
+#[derive(Clone, Debug)]
+pub struct AttentionBias {
+    /// The stack's relative position bias, [H, T, S] (self-attention; none in cross-attention).
+    pub position: Option<Tensor<3>>,
+    /// [`Direction::Causal`]: keys after the query masked (the decoder's teacher-forced
+    /// self-attention; T = S).
+    pub direction: Direction,
+    /// −10⁹ on padded keys, [B, S] (the encoder's self-attention, the decoder's cross-attention).
+    pub padding: Option<Tensor<2>>,
+}
+
+impl AttentionBias {
+    /// The same terms as one dense tensor [B or 1, H or 1, T or 1, S] (the reference path).
+    pub fn dense(&self, t: usize, s: usize, device: &Device) -> Tensor<4> {
+        let mut bias = Tensor::<4>::zeros([1, 1, 1, s], device);
+        if let Some(position) = &self.position {
+            bias = bias + position.clone().unsqueeze::<4>();
+        }
+        if self.direction == Direction::Causal {
+            assert_eq!(t, s, "causal attention needs as many queries as keys");
+            bias = bias + causal_bias(t, device);
+        }
+        if let Some(padding) = &self.padding {
+            let [b, _] = padding.dims();
+            bias = bias + padding.clone().reshape([b, 1, 1, s]);
+        }
+        bias
     }
 }
 
@@ -414,24 +446,47 @@ fn group_bias(bias: Tensor<4>, h: usize, g: usize, t: usize) -> Tensor<4> {
 }
 
 /// Unscaled softmax attention (T5) of H query heads over G K/V heads. q: [B, H, T, dk];
-/// k, v: [B, G, S, dk]; bias: [Bb, 1 or H, 1 or T, S] added to the scores → [B, H, T, dk].
+/// k, v: [B, G, S, dk]; the bias's terms added to the scores → [B, H, T, dk].
 ///
-/// The H/G query heads of a group are stacked along the query axis, so each group's scores are one
-/// product with its own K: the G heads are read as they are, never expanded (the bandwidth the
-/// paper saves in decoding).
+/// The G heads are read as they are, never expanded (the bandwidth the paper saves in decoding):
+/// on `flex` by the fused kernel ([`fused::attention_grouped`]), which reads each group's K and V
+/// once for its H/G query heads; elsewhere, and under attention dropout (fine-tuning), by
+/// stacking a group's query heads along the query axis so that its scores are one product with
+/// its own K.
 pub fn grouped_attention(
     q: Tensor<4>,
     k: Tensor<4>,
     v: Tensor<4>,
-    bias: Tensor<4>,
+    bias: &AttentionBias,
     dropout: Option<&Dropout>,
 ) -> Tensor<4> {
     let [b, h, t, dk] = q.dims();
-    let g = k.dims()[1];
+    let [_, g, s, dv] = v.dims();
     assert!(
         h.is_multiple_of(g),
         "{g} K/V heads do not divide {h} query heads"
     );
+    let dropout_active = dropout.is_some_and(|d| d.prob > 0.0 && q.device().is_autodiff());
+    if !dropout_active {
+        let spec = fused::AttentionSpec {
+            score: fused::ScoreFn::Softmax,
+            scale: 1.0,
+            causal: bias.direction == Direction::Causal,
+        };
+        let terms = fused::ScoreBias {
+            table: bias.position.as_ref(),
+            key_mask: bias.padding.as_ref(),
+        };
+        let (q3, k3, v3) = (
+            q.clone().reshape([b * h, t, dk]),
+            k.clone().reshape([b * g, s, dk]),
+            v.clone().reshape([b * g, s, dv]),
+        );
+        if let Some(out) = fused::attention_grouped(&q3, &k3, &v3, terms, spec) {
+            return out.reshape([b, h, t, dv]);
+        }
+    }
+    let bias = bias.dense(t, s, &q.device());
     let q = q.reshape([b, g, (h / g) * t, dk]);
     let scores = q.matmul(k.swap_dims(2, 3)) + group_bias(bias, h, g, t); // [B, G, (H/G)·T, S]
     let mut weights = softmax(scores, 3);
@@ -484,14 +539,20 @@ impl T5Attention {
     }
 
     /// Queries `x` [B, T, d] against given K, V [B, G, S, dk] with `bias` → [B, T, d].
-    pub fn attend(&self, x: Tensor<3>, k: Tensor<4>, v: Tensor<4>, bias: Tensor<4>) -> Tensor<3> {
+    pub fn attend(
+        &self,
+        x: Tensor<3>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        bias: &AttentionBias,
+    ) -> Tensor<3> {
         let q = split_heads(linear(&self.q, x), self.n_heads);
         let a = grouped_attention(q, k, v, bias, Some(&self.dropout));
         linear(&self.o, merge_heads(a))
     }
 
     /// Queries `x` [B, T, d] against keys and values projected from `source` [B, S, d] → [B, T, d].
-    pub fn forward(&self, x: Tensor<3>, source: Tensor<3>, bias: Tensor<4>) -> Tensor<3> {
+    pub fn forward(&self, x: Tensor<3>, source: Tensor<3>, bias: &AttentionBias) -> Tensor<3> {
         let (k, v) = self.project_kv(source);
         self.attend(x, k, v, bias)
     }
@@ -544,7 +605,7 @@ pub struct T5Layer {
 }
 
 /// The cross-attention inputs of a decoder layer: the encoder output's K/V (or the output itself)
-/// and the encoder padding bias [B, 1, 1, S].
+/// (its bias: the encoder's padding).
 enum CrossSource<'a> {
     /// Project K/V from the encoder output [B, S, d].
     Encoded(&'a Tensor<3>),
@@ -559,8 +620,8 @@ impl T5Layer {
         &self,
         x: Tensor<3>,
         self_kv: Option<(Tensor<4>, Tensor<4>)>,
-        self_bias: Tensor<4>,
-        cross: Option<(CrossSource, Tensor<4>)>,
+        self_bias: &AttentionBias,
+        cross: Option<(CrossSource, &AttentionBias)>,
     ) -> Tensor<3> {
         let h = rms_norm(&self.self_norm, x.clone());
         let a = match self_kv {
@@ -593,12 +654,20 @@ pub struct T5Stack {
     dropout: Dropout,
 }
 
-/// −10⁹ where `keep` ([B, S], true = real token) is false: [B, 1, 1, S].
-pub fn padding_bias(keep: &Tensor<2, Bool>) -> Tensor<4> {
+/// −10⁹ where `keep` ([B, S], true = real token) is false: [B, S].
+pub fn padding_bias(keep: &Tensor<2, Bool>) -> Tensor<2> {
     let [b, s] = keep.dims();
-    Tensor::<2>::zeros([b, s], &keep.device())
-        .mask_fill(keep.clone().bool_not(), MASKED_SCORE)
-        .reshape([b, 1, 1, s])
+    Tensor::<2>::zeros([b, s], &keep.device()).mask_fill(keep.clone().bool_not(), MASKED_SCORE)
+}
+
+/// The bias of attention over the encoder output (the encoder's self-attention with its
+/// `position` bias, the decoder's cross-attention without): its padding.
+fn encoder_bias(position: Option<Tensor<3>>, keep: &Tensor<2, Bool>) -> AttentionBias {
+    AttentionBias {
+        position,
+        direction: Direction::Bidirectional,
+        padding: Some(padding_bias(keep)),
+    }
 }
 
 /// −10⁹ on keys after the query: [1, 1, T, T].
@@ -646,8 +715,8 @@ pub struct DecoderCache {
     pub self_kv: Vec<Option<(Tensor<4>, Tensor<4>)>>,
     /// Cross-attention keys and values per layer: [B, G, S, dk].
     pub cross_kv: Vec<(Tensor<4>, Tensor<4>)>,
-    /// Encoder padding bias [B, 1, 1, S].
-    pub encoder_bias: Tensor<4>,
+    /// Cross-attention's bias: the encoder's padding ([B, S]).
+    pub encoder_bias: AttentionBias,
     /// Positions decoded so far.
     pub position: usize,
 }
@@ -662,6 +731,7 @@ impl DecoderCache {
             "repeat_batch: the cache has started decoding"
         );
         let rep = |t: &Tensor<4>| t.clone().repeat_dim(0, times);
+        let padding = self.encoder_bias.padding.as_ref();
         DecoderCache {
             self_kv: self.self_kv.clone(),
             cross_kv: self
@@ -669,7 +739,10 @@ impl DecoderCache {
                 .iter()
                 .map(|(k, v)| (rep(k), rep(v)))
                 .collect(),
-            encoder_bias: rep(&self.encoder_bias),
+            encoder_bias: AttentionBias {
+                padding: padding.map(|p| p.clone().repeat_dim(0, times)),
+                ..self.encoder_bias.clone()
+            },
             position: 0,
         }
     }
@@ -712,10 +785,10 @@ impl T5Model {
         let s = inputs.dims()[1];
         let stack = &self.encoder;
         let mut x = stack.dropout.forward(self.shared.forward(inputs));
-        // Position bias [1, H, S, S] plus the key padding [B, 1, 1, S]: [B, H, S, S].
-        let bias = stack.position_bias.forward(0, s, s) + padding_bias(keep);
+        // The position bias [H, S, S] and the key padding [B, S].
+        let bias = encoder_bias(Some(stack.position_bias.forward(0, s, s)), keep);
         for layer in &stack.layers {
-            x = layer.forward(x, None, bias.clone(), None);
+            x = layer.forward(x, None, &bias, None);
         }
         stack.dropout.forward(rms_norm(&stack.final_norm, x))
     }
@@ -742,13 +815,16 @@ impl T5Model {
     ) -> Tensor<3> {
         let t = decoder_inputs.dims()[1];
         let stack = &self.decoder;
-        let device = encoded.device();
         let mut x = stack.dropout.forward(self.shared.forward(decoder_inputs));
-        let self_bias = stack.position_bias.forward(0, t, t) + causal_bias(t, &device);
-        let cross_bias = padding_bias(keep);
+        let self_bias = AttentionBias {
+            position: Some(stack.position_bias.forward(0, t, t)),
+            direction: Direction::Causal,
+            padding: None,
+        };
+        let cross_bias = encoder_bias(None, keep);
         for layer in &stack.layers {
-            let cross = Some((CrossSource::Encoded(encoded), cross_bias.clone()));
-            x = layer.forward(x, None, self_bias.clone(), cross);
+            let cross = Some((CrossSource::Encoded(encoded), &cross_bias));
+            x = layer.forward(x, None, &self_bias, cross);
         }
         stack.dropout.forward(rms_norm(&stack.final_norm, x))
     }
@@ -801,7 +877,7 @@ impl T5Model {
         DecoderCache {
             self_kv: vec![None; self.decoder.layers.len()],
             cross_kv,
-            encoder_bias: padding_bias(keep),
+            encoder_bias: encoder_bias(None, keep),
             position: 0,
         }
     }
@@ -812,7 +888,11 @@ impl T5Model {
         let t = cache.position;
         let mut x = self.shared.forward(tokens);
         // The query at position t sees keys 0..=t: no causal mask needed.
-        let self_bias = stack.position_bias.forward(t, 1, t + 1);
+        let self_bias = AttentionBias {
+            position: Some(stack.position_bias.forward(t, 1, t + 1)),
+            direction: Direction::Bidirectional,
+            padding: None,
+        };
         for (i, layer) in stack.layers.iter().enumerate() {
             let h = rms_norm(&layer.self_norm, x.clone());
             let (k, v) = layer.self_attention.project_kv(h);
@@ -822,8 +902,8 @@ impl T5Model {
             };
             cache.self_kv[i] = Some((k.clone(), v.clone()));
             let (ck, cv) = &cache.cross_kv[i];
-            let cross = Some((CrossSource::Cached(ck, cv), cache.encoder_bias.clone()));
-            x = layer.forward(x, Some((k, v)), self_bias.clone(), cross);
+            let cross = Some((CrossSource::Cached(ck, cv), &cache.encoder_bias));
+            x = layer.forward(x, Some((k, v)), &self_bias, cross);
         }
         cache.position += 1;
         self.lm_head.forward(rms_norm(&stack.final_norm, x))
@@ -852,8 +932,8 @@ impl T5Model {
         max_len: usize,
         stop: Stop,
     ) -> Vec<Vec<i64>> {
-        let b = cache.encoder_bias.dims()[0];
-        let device = cache.encoder_bias.device();
+        let (k, _) = &cache.cross_kv[0];
+        let (b, device) = (k.dims()[0], k.device());
         let mut outputs: Vec<Vec<i64>> = vec![Vec::new(); b];
         let mut done = vec![false; b];
         let mut next = vec![PAD_ID; b];

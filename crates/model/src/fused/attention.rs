@@ -105,60 +105,94 @@ struct KeptScores {
     kind: Keep,
 }
 
+/// Additive terms of [`attention_grouped`]'s scores besides `Q Kᵀ · scale`.
+#[derive(Clone, Copy, Default)]
+pub struct ScoreBias<'a> {
+    /// [Hb, T, S], trained (it gets a gradient): query element n adds table `n % Hb` (T5's
+    /// relative position bias per head, with n = b·H + h; Hb = 1: one table for all).
+    pub table: Option<&'a Tensor<3>>,
+    /// [Bm, S], constant (no gradient): query element n adds row `n / (N / Bm)` to every one of its
+    /// score rows (T5's −10⁹ on padded keys, one row per sequence).
+    pub key_mask: Option<&'a Tensor<2>>,
+}
+
 /// Inputs of one attention call as contiguous flex tensors.
 #[derive(Clone)]
 struct AttnInputs {
     q: FlexTensor,
     k: FlexTensor,
     v: FlexTensor,
+    /// [Hb, T, S]
     bias: Option<FlexTensor>,
+    /// Hb
+    bias_heads: usize,
+    /// [Bm, S] row-major, with query elements per row (N / Bm).
+    key_mask: Option<(Arc<Vec<f32>>, usize)>,
     spec: AttentionSpec,
-    /// (N, T, S, dk, dv)
+    /// (N, T, S, dk, dv): N query elements, N / r key/value elements.
     n: usize,
     t: usize,
     s: usize,
     dk: usize,
     dv: usize,
+    /// Query elements per key/value element: query element n reads K/V element n / r.
+    r: usize,
     /// The instruction set of the row loops (read on the calling thread at construction).
     level: simd::SimdLevel,
 }
 
 impl AttnInputs {
     fn new(
-        q: &FlexTensor,
-        k: &FlexTensor,
-        v: &FlexTensor,
+        (q, k, v): (&FlexTensor, &FlexTensor, &FlexTensor),
         bias: Option<&FlexTensor>,
+        key_mask: Option<(Vec<f32>, usize)>,
         spec: AttentionSpec,
     ) -> Self {
         let (qd, kd, vd) = (dims(q), dims(k), dims(v));
         let [n, t, dk] = [qd[0], qd[1], qd[2]];
-        let s = kd[1];
-        let dv = vd[2];
-        assert_eq!(
-            (kd[0], kd[2], vd[0], vd[1]),
-            (n, dk, n, s),
-            "attention shapes"
+        let (n_kv, s, dv) = (kd[0], kd[1], vd[2]);
+        assert!(
+            n_kv > 0 && n.is_multiple_of(n_kv),
+            "attention: {n_kv} key/value elements for {n} queries"
         );
+        assert_eq!((kd[2], vd[0], vd[1]), (dk, n_kv, s), "attention shapes");
         if spec.causal {
             assert_eq!(t, s, "causal attention needs as many queries as keys");
         }
-        if let Some(b) = bias {
-            assert_eq!(dims(b), vec![t, s], "attention bias shape");
-        }
+        let bias_heads = bias.map_or(1, |b| {
+            let bd = dims(b);
+            assert_eq!(bd[1..], [t, s], "attention bias shape");
+            assert!(n.is_multiple_of(bd[0]), "attention: {} bias tables", bd[0]);
+            bd[0]
+        });
+        let key_mask = key_mask.map(|(mask, rows)| {
+            assert!(
+                rows > 0 && mask.len() == rows * s && n.is_multiple_of(rows),
+                "attention key mask shape"
+            );
+            (Arc::new(mask), n / rows)
+        });
         Self {
             q: contiguous(q),
             k: contiguous(k),
             v: contiguous(v),
             bias: bias.map(contiguous),
+            bias_heads,
+            key_mask,
             spec,
             n,
             t,
             s,
             dk,
             dv,
+            r: n / n_kv,
             level: simd::current(),
         }
+    }
+
+    /// Key/value elements.
+    fn n_kv(&self) -> usize {
+        self.n / self.r
     }
 
     /// The query blocks `(i0, i1)` in order: rows `i0..i1`, [`row_block`] rows each (the last
@@ -204,25 +238,25 @@ impl AttnInputs {
     /// Whether batch elements run in parallel (each with a single-threaded gemm) or one after
     /// another (with a multi-threaded gemm and parallel rows).
     fn parallel_batches(&self) -> bool {
-        self.n >= rayon::current_num_threads()
+        self.n_kv() >= rayon::current_num_threads()
     }
 
-    /// Kᵀ [dk, S] of batch element `b` into `kt`: the scores' right operand, n-contiguous
+    /// Kᵀ [dk, S] of key/value element `b` into `kt`: the scores' right operand, n-contiguous
     /// (see [`transpose_into`]).
     fn transposed_keys(&self, b: usize, kt: &mut Vec<f32>, par: Threads) {
         let (s, dk) = (self.s, self.dk);
         transpose_into(&slice(&self.k)[b * s * dk..], (s, dk), kt, par);
     }
 
-    /// Vᵀ [dv, S] of batch element `b` into `vt`: the right operand of the backward's `dO Vᵀ`.
+    /// Vᵀ [dv, S] of key/value element `b` into `vt`: the right operand of the backward's `dO Vᵀ`.
     fn transposed_values(&self, b: usize, vt: &mut Vec<f32>, par: Threads) {
         let (s, dv) = (self.s, self.dv);
         transpose_into(&slice(&self.v)[b * s * dv..], (s, dv), vt, par);
     }
 
-    /// Scores of query rows `i0..i1` of batch element `b` against keys `0..kmax`, scaled and
-    /// biased, into `buf` ([i1 − i0, kmax] row-major); masked entries are `−inf`. `kt`: the batch
-    /// element's Kᵀ ([`AttnInputs::transposed_keys`]).
+    /// Scores of query rows `i0..i1` of query element `b` against keys `0..kmax`, scaled and
+    /// biased, into `buf` ([i1 − i0, kmax] row-major); masked entries are `−inf`. `kt`: the Kᵀ of
+    /// its key/value element ([`AttnInputs::transposed_keys`]).
     fn scores(&self, b: usize, i0: usize, i1: usize, kt: &[f32], buf: &mut [f32], par: Threads) {
         let kmax = self.key_limit(i1);
         let q = slice(&self.q);
@@ -243,9 +277,16 @@ impl AttnInputs {
                 par.gemm(),
             );
         }
-        let bias = self.bias.as_ref().map(slice);
+        let (t, s, level) = (self.t, self.s, self.level);
+        let bias = self.bias.as_ref().map(|bias| {
+            let at = (b % self.bias_heads) * t * s;
+            &slice(bias)[at..at + t * s]
+        });
+        let mask = self
+            .key_mask
+            .as_ref()
+            .map(|(mask, per)| &mask[(b / per) * s..(b / per) * s + kmax]);
         let causal = self.spec.causal;
-        let (s, level) = (self.s, self.level);
         let fix_row = |(r, row): (usize, &mut [f32])| {
             let i = i0 + r;
             level.run(
@@ -255,6 +296,11 @@ impl AttnInputs {
                         let brow = &bias[i * s..i * s + kmax];
                         for (x, b) in row.iter_mut().zip(brow) {
                             *x += b;
+                        }
+                    }
+                    if let Some(mask) = mask {
+                        for (x, m) in row.iter_mut().zip(mask) {
+                            *x += m;
                         }
                     }
                     if causal {
@@ -317,14 +363,42 @@ struct Scratch {
     scores: Vec<f32>,
     /// A row block's `dP` (backward).
     dp: Vec<f32>,
-    /// The batch element's Kᵀ [dk, S] ([`AttnInputs::transposed_keys`]).
+    /// The key/value element's Kᵀ [dk, S] ([`AttnInputs::transposed_keys`]).
     kt: Vec<f32>,
-    /// The batch element's Vᵀ [dv, S] (backward).
+    /// The key/value element's Vᵀ [dv, S] (backward).
     vt: Vec<f32>,
 }
 
-/// Forward of one batch element: writes `out` ([T, dv]) and `lse` ([T], softmax only), and into
-/// `kept` what `keep` says (see [`KeptScores`]; `kept` is empty for [`Keep::Nothing`]).
+/// Forward of key/value element `kv` and its `r` query elements: writes `out` ([r, T, dv]) and
+/// `lse` ([r, T], softmax only), and into `kept` what `keep` says (see [`KeptScores`]; `kept` is
+/// empty for [`Keep::Nothing`]). K and V are read once for all r (GQA's point).
+fn attn_forward_kv(
+    x: &AttnInputs,
+    kv: usize,
+    (out, lse, kept): (&mut [f32], &mut [f32], &mut [f32]),
+    keep: Keep,
+    scratch: &mut Scratch,
+    par: Threads,
+) {
+    x.transposed_keys(kv, &mut scratch.kt, par);
+    let per_batch = if keep == Keep::Nothing {
+        0
+    } else {
+        x.block_scores_len()
+    };
+    let (t, dv) = (x.t, x.dv);
+    for j in 0..x.r {
+        let parts = (
+            &mut out[j * t * dv..(j + 1) * t * dv],
+            &mut lse[j * t..(j + 1) * t],
+            &mut kept[j * per_batch..(j + 1) * per_batch],
+        );
+        attn_forward_one(x, kv * x.r + j, parts, keep, scratch, par);
+    }
+}
+
+/// Forward of query element `b` given its key/value element's Kᵀ in `scratch.kt`: writes `out`
+/// ([T, dv]), `lse` ([T]) and `kept` as [`attn_forward_kv`] says.
 fn attn_forward_one(
     x: &AttnInputs,
     b: usize,
@@ -336,9 +410,8 @@ fn attn_forward_one(
     let Scratch {
         scores: buf, kt, ..
     } = scratch;
-    x.transposed_keys(b, kt, par);
     let v = slice(&x.v);
-    let vp = v[b * x.s * x.dv..].as_ptr();
+    let vp = v[(b / x.r) * x.s * x.dv..].as_ptr();
     let mut offset = 0;
     for (i0, i1) in x.row_blocks() {
         let kmax = x.key_limit(i1);
@@ -383,7 +456,8 @@ fn attn_forward_one(
                     )
                 });
         }
-        // SAFETY: buf is rows × kmax, v's kmax × dv rows are inside b's slice, out holds T × dv.
+        // SAFETY: buf is rows × kmax, v's kmax × dv rows are inside b's K/V element, out holds
+        // T × dv.
         unsafe {
             matmul(
                 (rows, x.dv, kmax),
@@ -399,7 +473,7 @@ fn attn_forward_one(
     }
 }
 
-/// Forward over all batch elements: ([N, T, dv], log-sum-exp [N, T], the scores kept for the
+/// Forward over all query elements: ([N, T, dv], log-sum-exp [N, T], the scores kept for the
 /// backward when `keep` says so).
 fn attn_forward(x: &AttnInputs, keep: Keep) -> (Vec<f32>, Vec<f32>, Option<KeptScores>) {
     let _timer = profile::Timer::start(profile::Part::Attention);
@@ -410,28 +484,30 @@ fn attn_forward(x: &AttnInputs, keep: Keep) -> (Vec<f32>, Vec<f32>, Option<KeptS
         Keep::Scores | Keep::Probabilities => zeros(x.n * per_batch),
         Keep::Nothing => Vec::new(),
     };
-    // One slice of `kept` per batch element, empty when nothing is kept.
+    // One slice of `kept` per key/value element (its r query elements), empty when nothing is
+    // kept.
     let mut kept_parts: Vec<&mut [f32]> = match keep {
-        Keep::Scores | Keep::Probabilities => kept.chunks_mut(per_batch).collect(),
-        Keep::Nothing => (0..x.n).map(|_| &mut [][..]).collect(),
+        Keep::Scores | Keep::Probabilities => kept.chunks_mut(x.r * per_batch).collect(),
+        Keep::Nothing => (0..x.n_kv()).map(|_| &mut [][..]).collect(),
     };
+    let (out_len, lse_len) = (x.r * x.t * x.dv, x.r * x.t);
     if x.parallel_batches() {
-        out.par_chunks_mut(x.t * x.dv)
-            .zip(lse.par_chunks_mut(x.t))
+        out.par_chunks_mut(out_len)
+            .zip(lse.par_chunks_mut(lse_len))
             .zip(kept_parts.par_iter_mut())
             .enumerate()
-            .for_each_init(Scratch::default, |scratch, (b, ((o, l), k))| {
-                attn_forward_one(x, b, (o, l, k), keep, scratch, Threads::PerBatch)
+            .for_each_init(Scratch::default, |scratch, (kv, ((o, l), k))| {
+                attn_forward_kv(x, kv, (o, l, k), keep, scratch, Threads::PerBatch)
             });
     } else {
         let mut scratch = Scratch::default();
-        for (b, ((o, l), k)) in out
-            .chunks_mut(x.t * x.dv)
-            .zip(lse.chunks_mut(x.t))
+        for (kv, ((o, l), k)) in out
+            .chunks_mut(out_len)
+            .zip(lse.chunks_mut(lse_len))
             .zip(kept_parts.iter_mut())
             .enumerate()
         {
-            attn_forward_one(x, b, (o, l, k), keep, &mut scratch, Threads::Within);
+            attn_forward_kv(x, kv, (o, l, k), keep, &mut scratch, Threads::Within);
         }
     }
     let kept = (keep != Keep::Nothing).then_some(KeptScores {
@@ -442,14 +518,62 @@ fn attn_forward(x: &AttnInputs, keep: Keep) -> (Vec<f32>, Vec<f32>, Option<KeptS
     (out, lse, kept)
 }
 
-/// Gradients of batch element `b`, given the forward's output and log-sum-exp ([N, T, dv], [N, T])
-/// and the upstream gradient [N, T, dv].
+/// Where a query element's bias gradient goes in the buffer handed to [`attn_backward_kv`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BiasSlot {
+    /// The whole [Hb, T, S] gradient: element n adds into table n % Hb.
+    Table,
+    /// The key/value element's own [r, T, S]: its j-th query element into part j.
+    PerQuery,
+}
+
+/// Gradients of key/value element `kv` (dK, dV: [S, dk], [S, dv]) and of its r query elements
+/// (dQ: [r, T, dk]; the bias's into `dbias` as its slot says), given the forward's output and
+/// log-sum-exp ([N, T, dv], [N, T]), the upstream gradient [N, T, dv] and `kept_of(n)`, the
+/// scores the forward kept for query element n (all or none).
+#[allow(clippy::too_many_arguments)]
+fn attn_backward_kv<'k>(
+    x: &AttnInputs,
+    kv: usize,
+    saved: (&[f32], &[f32], &[f32]),
+    (dq, dk, dv): (&mut [f32], &mut [f32], &mut [f32]),
+    mut dbias: Option<(&mut [f32], BiasSlot)>,
+    scratch: &mut Scratch,
+    kept_of: impl Fn(usize) -> Option<(&'k [f32], Keep)>,
+    par: Threads,
+) {
+    if kept_of(kv * x.r).is_none() {
+        x.transposed_keys(kv, &mut scratch.kt, par);
+    }
+    x.transposed_values(kv, &mut scratch.vt, par);
+    let (t, s) = (x.t, x.s);
+    let (mut dk_acc, mut dv_acc) = (KeyGrad::new(dk, x.dk, s), KeyGrad::new(dv, x.dv, s));
+    for j in 0..x.r {
+        let n = kv * x.r + j;
+        let db = dbias.as_mut().map(|(db, slot)| {
+            let at = match slot {
+                BiasSlot::Table => (n % x.bias_heads) * t * s,
+                BiasSlot::PerQuery => j * t * s,
+            };
+            &mut db[at..at + t * s]
+        });
+        let dq = &mut dq[j * t * x.dk..(j + 1) * t * x.dk];
+        let acc = (&mut dk_acc, &mut dv_acc);
+        attn_backward_one(x, n, saved, (dq, acc), db, scratch, kept_of(n), par);
+    }
+    dk_acc.finish(par);
+    dv_acc.finish(par);
+}
+
+/// Gradients of query element `b` (dQ [T, dk], its bias's [T, S] added into `dbias`), its share of
+/// its key/value element's dK and dV added into the accumulators; Kᵀ and Vᵀ of that element in
+/// `scratch` ([`attn_backward_kv`]).
 #[allow(clippy::too_many_arguments)]
 fn attn_backward_one(
     x: &AttnInputs,
     b: usize,
     (out, lse, grad): (&[f32], &[f32], &[f32]),
-    (dq, dk, dv): (&mut [f32], &mut [f32], &mut [f32]),
+    (dq, (dk_acc, dv_acc)): (&mut [f32], (&mut KeyGrad, &mut KeyGrad)),
     mut dbias: Option<&mut [f32]>,
     scratch: &mut Scratch,
     kept: Option<(&[f32], Keep)>,
@@ -461,20 +585,15 @@ fn attn_backward_one(
         kt,
         vt,
     } = scratch;
-    if kept.is_none() {
-        x.transposed_keys(b, kt, par);
-    }
-    x.transposed_values(b, vt, par);
     let (q, k) = (slice(&x.q), slice(&x.k));
     let (t, s, dkw, dvw) = (x.t, x.s, x.dk, x.dv);
-    // This batch element's rows of the forward output, log-sum-exp and upstream gradient.
+    // This query element's rows of the forward output, log-sum-exp and upstream gradient.
     let out = &out[b * t * dvw..(b + 1) * t * dvw];
     let lse = &lse[b * t..(b + 1) * t];
     let grad = &grad[b * t * dvw..(b + 1) * t * dvw];
     let qb = &q[b * t * dkw..(b + 1) * t * dkw];
-    let kp = k[b * s * dkw..].as_ptr();
+    let kp = k[(b / x.r) * s * dkw..].as_ptr();
     let score = x.spec.score;
-    let (mut dk_acc, mut dv_acc) = (KeyGrad::new(dk, dkw, s), KeyGrad::new(dv, dvw, s));
     let mut offset = 0;
     for (i0, i1) in x.row_blocks() {
         let kmax = x.key_limit(i1);
@@ -594,8 +713,8 @@ fn attn_backward_one(
             );
         }
         let scale = x.spec.scale;
-        // SAFETY: all operands are inside b's slices: dp, buf rows × kmax; q, dq rows i0..i1;
-        // k, dk, v, dv rows 0..kmax.
+        // SAFETY: all operands are inside b's slices and its K/V element's: dp, buf rows × kmax;
+        // q, dq rows i0..i1; k, dk, v, dv rows 0..kmax.
         unsafe {
             // dQ = dX K · scale
             matmul(
@@ -626,8 +745,6 @@ fn attn_backward_one(
             );
         }
     }
-    dk_acc.finish(par);
-    dv_acc.finish(par);
 }
 
 /// Widest key-side gradient (dK's dk, dV's dv) accumulated transposed by [`KeyGrad`]. Measured
@@ -709,7 +826,8 @@ impl<'a> KeyGrad<'a> {
 }
 
 /// Gradients (dQ, dK, dV, dBias) of [`attention`] given the upstream gradient [N, T, dv] (and the
-/// forward's scores, if it kept them).
+/// forward's scores, if it kept them). The bias's gradient sums its query elements in order, the
+/// same bits on one thread or many.
 fn attn_backward(
     x: &AttnInputs,
     (out, lse, kept): (&[f32], &[f32], Option<&KeptScores>),
@@ -718,62 +836,54 @@ fn attn_backward(
     let kept_of =
         |b: usize| kept.map(|k| (&k.data[b * k.per_batch..(b + 1) * k.per_batch], k.kind));
     let _timer = profile::Timer::start(profile::Part::Attention);
-    let (n, t, s, dkw, dvw) = (x.n, x.t, x.s, x.dk, x.dv);
+    let (n, t, s, dkw, dvw, r) = (x.n, x.t, x.s, x.dk, x.dv, x.r);
+    let n_kv = x.n_kv();
     let mut dq = zeros(n * t * dkw);
-    let mut dk = zeros(n * s * dkw);
-    let mut dv = zeros(n * s * dvw);
+    let mut dk = zeros(n_kv * s * dkw);
+    let mut dv = zeros(n_kv * s * dvw);
+    let table_len = t * s;
     let has_bias = x.bias.is_some();
-    let dbias = if x.parallel_batches() {
+    let mut dbias = has_bias.then(|| vec![0f32; x.bias_heads * table_len]);
+    let saved = (out, lse, grad);
+    if x.parallel_batches() {
+        // Each key/value element's query elements' bias gradients apart, then summed per table in
+        // query order.
         let partial: Vec<Option<Vec<f32>>> = dq
-            .par_chunks_mut(t * dkw)
+            .par_chunks_mut(r * t * dkw)
             .zip(dk.par_chunks_mut(s * dkw))
             .zip(dv.par_chunks_mut(s * dvw))
             .enumerate()
-            .map_init(Scratch::default, |scratch, (b, ((dq, dk), dv))| {
-                let mut db = has_bias.then(|| vec![0f32; t * s]);
-                attn_backward_one(
-                    x,
-                    b,
-                    (out, lse, grad),
-                    (dq, dk, dv),
-                    db.as_deref_mut(),
-                    scratch,
-                    kept_of(b),
-                    Threads::PerBatch,
-                );
+            .map_init(Scratch::default, |scratch, (kv, ((dq, dk), dv))| {
+                let mut db = has_bias.then(|| vec![0f32; r * table_len]);
+                let slot = db.as_deref_mut().map(|db| (db, BiasSlot::PerQuery));
+                let par = Threads::PerBatch;
+                attn_backward_kv(x, kv, saved, (dq, dk, dv), slot, scratch, kept_of, par);
                 db
             })
             .collect();
-        partial.into_iter().reduce(|a, b| match (a, b) {
-            (Some(mut a), Some(b)) => {
-                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-                Some(a)
+        if let Some(dbias) = dbias.as_mut() {
+            for (kv, part) in partial.iter().enumerate() {
+                let part = part.as_ref().expect("bias gradients");
+                for (j, p) in part.chunks(table_len).enumerate() {
+                    let h = (kv * r + j) % x.bias_heads;
+                    let table = &mut dbias[h * table_len..(h + 1) * table_len];
+                    table.iter_mut().zip(p).for_each(|(a, b)| *a += b);
+                }
             }
-            _ => None,
-        })
+        }
     } else {
-        let mut db = has_bias.then(|| vec![0f32; t * s]);
         let mut scratch = Scratch::default();
-        for (b, ((dq, dk), dv)) in dq
-            .chunks_mut(t * dkw)
+        for (kv, ((dq, dk), dv)) in dq
+            .chunks_mut(r * t * dkw)
             .zip(dk.chunks_mut(s * dkw))
             .zip(dv.chunks_mut(s * dvw))
             .enumerate()
         {
-            attn_backward_one(
-                x,
-                b,
-                (out, lse, grad),
-                (dq, dk, dv),
-                db.as_deref_mut(),
-                &mut scratch,
-                kept_of(b),
-                Threads::Within,
-            );
+            let slot = dbias.as_deref_mut().map(|db| (db, BiasSlot::Table));
+            let par = Threads::Within;
+            attn_backward_kv(x, kv, saved, (dq, dk, dv), slot, &mut scratch, kept_of, par);
         }
-        Some(db)
     }
-    .flatten();
     (dq, dk, dv, dbias)
 }
 
@@ -808,9 +918,9 @@ impl<const P: usize> Backward<Flex, P> for AttnBackward {
             attn_backward(x, (slice(&saved.out), &saved.lse, kept), slice(&grad));
         let results = [
             (Some(dq), vec![x.n, x.t, x.dk]),
-            (Some(dk), vec![x.n, x.s, x.dk]),
-            (Some(dv), vec![x.n, x.s, x.dv]),
-            (dbias, vec![x.t, x.s]),
+            (Some(dk), vec![x.n_kv(), x.s, x.dk]),
+            (Some(dv), vec![x.n_kv(), x.s, x.dv]),
+            (dbias, vec![x.bias_heads, x.t, x.s]),
         ];
         let parents = ops.parents.iter().map(|p| p.as_ref().map(|n| n.id));
         register_grads(grads, parents, results);
@@ -819,11 +929,13 @@ impl<const P: usize> Backward<Flex, P> for AttnBackward {
 
 fn attention_autodiff<const P: usize>(
     tensors: [<Ad as BackendTypes>::FloatTensorPrimitive; P],
+    key_mask: Option<(Vec<f32>, usize)>,
     spec: AttentionSpec,
 ) -> <Ad as BackendTypes>::FloatTensorPrimitive {
     let nodes = tensors.each_ref().map(|t| t.node());
     let prims: Vec<FlexTensor> = tensors.iter().map(|t| t.primitive().clone()).collect();
-    let inputs = AttnInputs::new(&prims[0], &prims[1], &prims[2], prims.get(3), spec);
+    let qkv = (&prims[0], &prims[1], &prims[2]);
+    let inputs = AttnInputs::new(qkv, prims.get(3), key_mask, spec);
     let (out, lse, kept) = attn_forward(&inputs, inputs.keep_for_backward());
     let shape = vec![inputs.n, inputs.t, inputs.dv];
     let output = flex_from(out, shape);
@@ -850,16 +962,52 @@ pub fn attention(
     bias: Option<&Tensor<2>>,
     spec: AttentionSpec,
 ) -> Option<Tensor<3>> {
-    match route(&q.device()) {
+    let table = bias.map(|b| b.clone().unsqueeze::<3>());
+    let bias = ScoreBias {
+        table: table.as_ref(),
+        key_mask: None,
+    };
+    attention_grouped(q, k, v, bias, spec)
+}
+
+/// [`attention`] with key/value elements shared by groups of query elements and with the bias
+/// split into a trained table per head and a constant mask per sequence (T5 with GQA):
+/// `score(Q_n K_{n / r}ᵀ · scale + table_{n % Hb} + mask_{n / (N / Bm)}) V_{n / r}`, K and V read
+/// once per group and never expanded, or `None` off `flex`.
+///
+/// q: [N, T, dk]; k: [N / r, S, dk]; v: [N / r, S, dv]; bias: see [`ScoreBias`] → [N, T, dv].
+pub fn attention_grouped(
+    q: &Tensor<3>,
+    k: &Tensor<3>,
+    v: &Tensor<3>,
+    bias: ScoreBias,
+    spec: AttentionSpec,
+) -> Option<Tensor<3>> {
+    let route = route(&q.device());
+    if route == Route::Reference {
+        return None;
+    }
+    let key_mask = match bias.key_mask {
+        Some(m) => {
+            let rows = m.dims()[0];
+            let m = m.clone().try_into_primitive::<Flex>().ok().or_else(|| {
+                let inner = m.clone().try_into_primitive::<Ad>().ok()?;
+                Some(inner.primitive().clone())
+            })?;
+            Some((slice(&contiguous(&m)).to_vec(), rows))
+        }
+        None => None,
+    };
+    match route {
         Route::Reference => None,
         Route::Plain => {
             let p = |t: &Tensor<3>| t.clone().try_into_primitive::<Flex>().ok();
             let (q, k, v) = (p(q)?, p(k)?, p(v)?);
-            let bias = match bias {
-                Some(b) => Some(b.clone().try_into_primitive::<Flex>().ok()?),
+            let table = match bias.table {
+                Some(b) => Some(p(b)?),
                 None => None,
             };
-            let inputs = AttnInputs::new(&q, &k, &v, bias.as_ref(), spec);
+            let inputs = AttnInputs::new((&q, &k, &v), table.as_ref(), key_mask, spec);
             let (out, _, _) = attn_forward(&inputs, Keep::Nothing);
             let shape = vec![inputs.n, inputs.t, inputs.dv];
             Some(Tensor::from_primitive::<Flex>(flex_from(out, shape)))
@@ -867,12 +1015,9 @@ pub fn attention(
         Route::Autodiff => {
             let p = |t: &Tensor<3>| t.clone().try_into_primitive::<Ad>().ok();
             let (q, k, v) = (p(q)?, p(k)?, p(v)?);
-            let out = match bias {
-                Some(b) => {
-                    let b = b.clone().try_into_primitive::<Ad>().ok()?;
-                    attention_autodiff([q, k, v, b], spec)
-                }
-                None => attention_autodiff([q, k, v], spec),
+            let out = match bias.table {
+                Some(b) => attention_autodiff([q, k, v, p(b)?], key_mask, spec),
+                None => attention_autodiff([q, k, v], key_mask, spec),
             };
             Some(Tensor::from_primitive::<Ad>(out))
         }

@@ -5,7 +5,9 @@
 //! each a full pass over memory. XLA fuses those chains; to compare architectures fairly against the
 //! JAX anchor (`experiments/anchors/`) every architecture gets the same treatment here, one file per kernel with its backward pass:
 //!
-//! - [`attention`]: `score(Q Kᵀ · scale + bias) V` for score ∈ {softmax, relu²}, optionally causal,
+//! - [`attention`]: `score(Q Kᵀ · scale + bias) V` for score ∈ {softmax, relu²}, optionally causal
+//!   ([`attention_grouped`]: K/V heads shared by groups of query heads, read in place, a bias table
+//!   per head and a key mask per sequence: T5 with GQA),
 //!   computed in blocks of query rows (the block's scores live in one reused buffer, as in
 //!   FlashAttention); up to a memory limit the forward keeps each block for the backward (relu²
 //!   its scores, the same bits as recomputing them; softmax its probabilities, equal to rounding),
@@ -377,8 +379,9 @@ pub mod simd;
 
 pub use activation::{Activation, activation, bias_activation, erf};
 pub use attention::{
-    AttentionSpec, DEFAULT_KEPT_SCORES_LIMIT, SHORT_ROW_BLOCK, SHORT_ROW_BLOCK_MAX_FLOATS, ScoreFn,
-    attention, kept_scores_limit, row_block, with_kept_scores_limit,
+    AttentionSpec, DEFAULT_KEPT_SCORES_LIMIT, SHORT_ROW_BLOCK, SHORT_ROW_BLOCK_MAX_FLOATS,
+    ScoreBias, ScoreFn, attention, attention_grouped, kept_scores_limit, row_block,
+    with_kept_scores_limit,
 };
 pub use chunk_linear::chunk_linear_attention;
 pub use cross_entropy::cross_entropy_rows;

@@ -163,6 +163,95 @@ fn check_attention(
 }
 
 #[test]
+fn grouped_attention_matches_expanded_heads_outputs_and_gradients() {
+    at_every_simd_level(grouped_attention_matches_expanded_heads_at_this_level);
+}
+
+/// T5's attention through [`fused::attention_grouped`]: H query heads over G K/V heads (read in
+/// place), a trained bias table per head, a constant mask per sequence, causal or not; against the
+/// same thing written with K and V expanded to H heads and the bias built densely, in burn ops.
+/// Outputs on the plain device; the gradients of Q, K, V and the table on the autodiff device,
+/// with the forward's probabilities kept and recomputed. One sequence with G = 1 runs the key/value
+/// elements one at a time (threads inside), the rest in parallel.
+fn grouped_attention_matches_expanded_heads_at_this_level() {
+    let (h, dk) = (4, 8);
+    for (b, g, t, s, causal) in [
+        (2, 4, 45, 45, true),
+        (2, 2, 45, 45, true),
+        (2, 1, 37, 70, false),
+        (3, 2, 37, 70, false),
+        (1, 1, 45, 45, true),
+    ] {
+        let what = format!("B {b}, H {h}, G {g}, T {t}, S {s}, causal {causal}");
+        let spec = AttentionSpec {
+            score: ScoreFn::Softmax,
+            scale: 1.0,
+            causal,
+        };
+        // Sequence i's keys from 5 + 7i on are padding.
+        let mask: Vec<f32> = (0..b * s)
+            .map(|x| if x % s >= 5 + 7 * (x / s) { -1e9 } else { 0.0 })
+            .collect();
+        let run = |dev: &Device| {
+            let q = randn([b * h, t, dk], 1, dev);
+            let k = randn([b * g, s, dk], 2, dev);
+            let v = randn([b * g, s, dk], 3, dev);
+            let table = randn([h, t, s], 4, dev);
+            let key_mask = Tensor::<2>::from_data(TensorData::new(mask.clone(), [b, s]), dev);
+            (q, k, v, table, key_mask)
+        };
+        let expanded = |(q, k, v, table, key_mask): &(_, _, _, _, Tensor<2>)| -> Tensor<3> {
+            let (q, k, v, table): (&Tensor<3>, &Tensor<3>, &Tensor<3>, &Tensor<3>) =
+                (q, k, v, table);
+            let rep = |x: Tensor<3>| {
+                x.reshape([b, g, 1, s, dk])
+                    .expand([b, g, h / g, s, dk])
+                    .reshape([b * h, s, dk])
+            };
+            let bias = table.clone().unsqueeze::<4>().expand([b, h, t, s])
+                + key_mask.clone().reshape([b, 1, 1, s]);
+            let mut scores =
+                q.clone().matmul(rep(k.clone()).swap_dims(1, 2)) + bias.reshape([b * h, t, s]);
+            if causal {
+                let future = model::layers::future_mask(t, &q.device()).unsqueeze::<3>();
+                scores = scores.mask_fill(future.expand([b * h, t, s]), f32::NEG_INFINITY);
+            }
+            burn::tensor::activation::softmax(scores, 2).matmul(rep(v.clone()))
+        };
+        let fused_of = |(q, k, v, table, key_mask): &(_, _, _, _, Tensor<2>)| {
+            let bias = fused::ScoreBias {
+                table: Some(table),
+                key_mask: Some(key_mask),
+            };
+            fused::attention_grouped(q, k, v, bias, spec).expect("flex")
+        };
+        let plain = run(&device());
+        assert_close(
+            &values(fused_of(&plain)),
+            &values(expanded(&plain)),
+            2e-5,
+            &what,
+        );
+        let dev = autodiff_device();
+        let (q, k, v, table, key_mask) = run(&dev);
+        let leaf = |x: Tensor<3>| x.require_grad();
+        let tracked = (leaf(q), leaf(k), leaf(v), leaf(table), key_mask);
+        let w = randn([b * h, t, dk], 5, &dev);
+        let grads_of = |out: Tensor<3>| {
+            let gr = backward_with(out, &w);
+            let (q, k, v, table, _) = &tracked;
+            vec![grad(q, &gr), grad(k, &gr), grad(v, &gr), grad(table, &gr)]
+        };
+        let g_ref = grads_of(expanded(&tracked));
+        for (limit, path) in [(fused::kept_scores_limit(), "kept"), (0, "recomputed")] {
+            let g = fused::with_kept_scores_limit(limit, || grads_of(fused_of(&tracked)));
+            let what = format!("{what}, {path}");
+            assert_grads_close(&["dq", "dk", "dv", "dtable"], &g, &g_ref, 5e-5, &what);
+        }
+    }
+}
+
+#[test]
 fn causal_fused_attention_does_not_see_the_future() {
     at_every_simd_level(causal_fused_attention_does_not_see_the_future_at_this_level);
 }

@@ -8,8 +8,9 @@ use burn::prelude::*;
 use model::fused;
 use model::layers::Direction;
 use model::t5::{
-    DecoderCache, KvConversion, Stop, T5Config, T5Model, convert_kv_heads, grouped_attention,
-    grouped_attention_reference, padding_bias, pool_kv_heads, relative_position_bucket,
+    AttentionBias, DecoderCache, KvConversion, Stop, T5Config, T5Model, convert_kv_heads,
+    grouped_attention, grouped_attention_reference, padding_bias, pool_kv_heads,
+    relative_position_bucket,
 };
 
 use crate::common::{
@@ -87,20 +88,51 @@ fn relative_position_buckets_match_the_reference_vectors() {
     }
 }
 
-/// Grouped attention on the G heads equals expanding K/V to H heads, for every G dividing H, with
-/// odd lengths and a bias that differs per head and query.
+/// Grouped attention on the G heads (the fused kernel on `flex`, and the plain path) equals
+/// expanding K/V to H heads, for every G dividing H, with odd lengths, a position bias that
+/// differs per head and query, padding per sequence, causal or not.
 #[test]
 fn grouped_attention_equals_repeated_kv() {
     let dev = device();
-    let (b, h, t, s, dk) = (2, 8, 5, 7, 4);
-    for g in [1, 2, 4, 8] {
-        let q = randn([b, h, t, dk], 1, &dev);
-        let k = randn([b, g, s, dk], 2, &dev);
-        let v = randn([b, g, s, dk], 3, &dev);
-        let bias = randn([1, h, t, s], 4, &dev);
-        let ours = grouped_attention(q.clone(), k.clone(), v.clone(), bias.clone(), None);
-        let reference = grouped_attention_reference(q, k, v, bias);
-        assert_close(&values(ours), &values(reference), 1e-5, &format!("G = {g}"));
+    let (b, h, dk) = (2, 8, 4);
+    let keep = Tensor::<2, Bool>::from_data(
+        TensorData::new(
+            (0..14).map(|i| i % 7 < 4 + i / 7).collect::<Vec<_>>(),
+            [2, 7],
+        ),
+        &dev,
+    );
+    for (t, s, direction) in [(5, 7, Direction::Bidirectional), (7, 7, Direction::Causal)] {
+        for g in [1, 2, 4, 8] {
+            let q = randn([b, h, t, dk], 1, &dev);
+            let k = randn([b, g, s, dk], 2, &dev);
+            let v = randn([b, g, s, dk], 3, &dev);
+            let bias = AttentionBias {
+                position: Some(randn([h, t, s], 4, &dev)),
+                direction,
+                padding: Some(padding_bias(&keep)),
+            };
+            let dense = bias.dense(t, s, &dev);
+            let what = format!("G = {g}, {direction:?}");
+            let reference = values(grouped_attention_reference(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                dense,
+            ));
+            let run = || {
+                values(grouped_attention(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    &bias,
+                    None,
+                ))
+            };
+            assert_close(&run(), &reference, 1e-5, &format!("{what}, fused"));
+            let plain = fused::with_reference(run);
+            assert_close(&plain, &reference, 1e-5, &format!("{what}, plain"));
+        }
     }
 }
 
@@ -112,12 +144,17 @@ fn grouped_attention_with_g_equal_h_is_multi_head() {
     let q = randn([b, h, t, dk], 5, &dev);
     let k = randn([b, h, s, dk], 6, &dev);
     let v = randn([b, h, s, dk], 7, &dev);
-    let bias = randn([1, h, t, s], 8, &dev);
+    let bias = randn([h, t, s], 8, &dev);
+    let terms = AttentionBias {
+        position: Some(bias.clone()),
+        direction: Direction::Bidirectional,
+        padding: None,
+    };
     let ours = values(grouped_attention(
         q.clone(),
         k.clone(),
         v.clone(),
-        bias.clone(),
+        &terms,
         None,
     ));
     let (q, k, v, bias) = (values(q), values(k), values(v), values(bias));
@@ -340,6 +377,7 @@ fn encoder_padding_is_invisible() {
     );
     let bias = values(padding_bias(&padded.keep));
     assert!(bias[7..10].iter().all(|&x| x < -1e8));
+    assert!(bias[..5].iter().all(|&x| x == 0.0));
 }
 
 /// The decoder is causal: changing target j changes no logits before position j + 1.
@@ -502,7 +540,10 @@ fn fused_t5_matches_the_reference_at_this_level() {
             let (a, r) = a
                 .zip(r)
                 .unwrap_or_else(|| panic!("{what}: parameter {i} has no gradient"));
-            assert_close(a, r, 1e-4, &format!("{what}: gradient of parameter {i}"));
+            // Rounding only: the fused softmax's exponential (`fast_exp`, 2e-7) and its order of
+            // adding the position and padding terms, through two perturbed layers; a wrong mask,
+            // head or group moves gradients by O(1).
+            assert_close(a, r, 5e-4, &format!("{what}: gradient of parameter {i}"));
         }
         let plain = model.valid();
         let ref_logits = fused::with_reference(|| logits(&plain, &b));
