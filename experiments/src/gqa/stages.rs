@@ -52,6 +52,17 @@ pub(super) struct Scoring {
 pub(super) struct StageResult {
     pub(super) scoring: Scoring,
     pub(super) row: ScoreRow,
+    /// The code that finished and scored the stage (a stage resumed from a checkpoint may have
+    /// trained under other commits before); results without it name none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) finished_by: Option<FinishedBy>,
+}
+
+/// The commit and UTC date of the run that wrote a [`StageResult`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct FinishedBy {
+    pub(super) git_commit: String,
+    pub(super) date: String,
 }
 
 /// Where the data and tokenizer come from, shared by every stage.
@@ -152,9 +163,14 @@ impl Stage<'_> {
 
     /// Saves the stage's scored result (see [`StageResult`]).
     pub(super) fn save_result(&self, scoring: &Scoring, row: &ScoreRow) -> Result<()> {
+        let provenance = training::provenance::Provenance::collect(row.device.clone());
         let result = StageResult {
             scoring: scoring.clone(),
             row: row.clone(),
+            finished_by: Some(FinishedBy {
+                git_commit: provenance.git_commit,
+                date: provenance.date,
+            }),
         };
         write_atomic(
             &self.dir.join(RESULT_FILE),
