@@ -461,30 +461,14 @@ pub fn grouped_attention(
     dropout: Option<&Dropout>,
 ) -> Tensor<4> {
     let [b, h, t, dk] = q.dims();
-    let [_, g, s, dv] = v.dims();
+    let [_, g, s, _] = v.dims();
     assert!(
         h.is_multiple_of(g),
         "{g} K/V heads do not divide {h} query heads"
     );
     let dropout_active = dropout.is_some_and(|d| d.prob > 0.0 && q.device().is_autodiff());
-    if !dropout_active {
-        let spec = fused::AttentionSpec {
-            score: fused::ScoreFn::Softmax,
-            scale: 1.0,
-            causal: bias.direction == Direction::Causal,
-        };
-        let terms = fused::ScoreBias {
-            table: bias.position.as_ref(),
-            key_mask: bias.padding.as_ref(),
-        };
-        let (q3, k3, v3) = (
-            q.clone().reshape([b * h, t, dk]),
-            k.clone().reshape([b * g, s, dk]),
-            v.clone().reshape([b * g, s, dv]),
-        );
-        if let Some(out) = fused::attention_grouped(&q3, &k3, &v3, terms, spec) {
-            return out.reshape([b, h, t, dv]);
-        }
+    if !dropout_active && let Some(out) = fused_attention(&q, (&k, &v, None), bias) {
+        return out;
     }
     let bias = bias.dense(t, s, &q.device());
     let q = q.reshape([b, g, (h / g) * t, dk]);
@@ -494,6 +478,66 @@ pub fn grouped_attention(
         weights = dropout.forward(weights);
     }
     weights.matmul(v).reshape([b, h, t, dk])
+}
+
+/// [`grouped_attention`] over the first `used` positions of a decoding cache (k, v:
+/// [B, G, L, dk], L ≥ used), read in place on `flex` (no copy of the cache per step); elsewhere
+/// over a copy of that prefix. No dropout (decoding).
+pub fn grouped_attention_cached(
+    q: Tensor<4>,
+    (k, v, used): (&Tensor<4>, &Tensor<4>, usize),
+    bias: &AttentionBias,
+) -> Tensor<4> {
+    if let Some(out) = fused_attention(&q, (k, v, Some(used)), bias) {
+        return out;
+    }
+    let prefix = |x: &Tensor<4>| x.clone().narrow(2, 0, used);
+    grouped_attention(q, prefix(k), prefix(v), bias, None)
+}
+
+/// Grouped attention on the fused kernel (`None` off `flex`), over all keys or the first `used`.
+/// A single query position (a decoding step) stacks each group's H/G query heads as the rows of
+/// one query element, so that its K and V are read once for all of them in one product.
+fn fused_attention(
+    q: &Tensor<4>,
+    (k, v, used): (&Tensor<4>, &Tensor<4>, Option<usize>),
+    bias: &AttentionBias,
+) -> Option<Tensor<4>> {
+    let [b, h, t, dk] = q.dims();
+    let [_, g, l, dv] = v.dims();
+    let r = h / g;
+    let causal = bias.direction == Direction::Causal;
+    let spec = fused::AttentionSpec {
+        score: fused::ScoreFn::Softmax,
+        scale: 1.0,
+        causal,
+    };
+    let (k3, v3) = (
+        k.clone().reshape([b * g, l, dk]),
+        v.clone().reshape([b * g, l, dv]),
+    );
+    // Rows per query element: its positions, or (one position) the group's query heads, whose
+    // position tables [H, 1, S] are then [G, H/G, S].
+    let (q3, table) = if t == 1 && !causal {
+        let s = bias.position.as_ref().map(|p| p.dims()[2]);
+        let table = bias
+            .position
+            .clone()
+            .zip(s)
+            .map(|(p, s)| p.reshape([g, r, s]));
+        (q.clone().reshape([b * g, r, dk]), table)
+    } else {
+        (q.clone().reshape([b * h, t, dk]), bias.position.clone())
+    };
+    let terms = fused::ScoreBias {
+        table: table.as_ref(),
+        key_mask: bias.padding.as_ref(),
+    };
+    let out = match used {
+        None => fused::attention_grouped(&q3, &k3, &v3, terms, spec),
+        Some(used) => fused::attention_grouped_prefix(&q3, (&k3, &v3, used), terms, spec),
+    }?;
+    Some(out.reshape([b, h, t, dv]))
 }
 
 /// [`grouped_attention`] by expanding K and V to H heads first ([`repeat_kv`]): the reference.
@@ -548,6 +592,19 @@ impl T5Attention {
     ) -> Tensor<3> {
         let q = split_heads(linear(&self.q, x), self.n_heads);
         let a = grouped_attention(q, k, v, bias, Some(&self.dropout));
+        linear(&self.o, merge_heads(a))
+    }
+
+    /// Queries `x` [B, 1, d] against the first `used` positions of a decoding cache's K, V
+    /// ([B, G, L, dk]) → [B, 1, d] ([`grouped_attention_cached`]).
+    pub fn attend_cached(
+        &self,
+        x: Tensor<3>,
+        (k, v, used): (&Tensor<4>, &Tensor<4>, usize),
+        bias: &AttentionBias,
+    ) -> Tensor<3> {
+        let q = split_heads(linear(&self.q, x), self.n_heads);
+        let a = grouped_attention_cached(q, (k, v, used), bias);
         linear(&self.o, merge_heads(a))
     }
 
@@ -613,20 +670,78 @@ enum CrossSource<'a> {
     Cached(&'a Tensor<4>, &'a Tensor<4>),
 }
 
+/// Where a layer's self-attention keys and values come from.
+enum SelfSource<'a> {
+    /// Projected from the layer's input (teacher forcing, the encoder).
+    Input,
+    /// A decoding step at `position`: its K/V projected, written into the layer's cache
+    /// ([B, G, L, dk] each, allocated for `capacity` positions and doubled when full), and the
+    /// query attends to positions `0..=position` of it.
+    Cache {
+        kv: &'a mut Option<(Tensor<4>, Tensor<4>)>,
+        position: usize,
+        capacity: usize,
+    },
+}
+
+/// `new` ([B, G, 1, dk]) written at `position` of a decoding cache ([B, G, L, dk]), in place when
+/// the cache is allocated past it and held only here (burn's `slice_assign` on a uniquely owned
+/// `flex` tensor); allocated for `capacity` positions at the first step, doubled when full.
+fn write_position(
+    cache: Option<Tensor<4>>,
+    new: Tensor<4>,
+    position: usize,
+    capacity: usize,
+) -> Tensor<4> {
+    let [b, g, _, dk] = new.dims();
+    let cache = match cache {
+        Some(cache) if cache.dims()[2] > position => cache,
+        old => {
+            let len = capacity.max(2 * position).max(position + 1);
+            let fresh = Tensor::<4>::zeros([b, g, len, dk], &new.device());
+            match old {
+                Some(old) => {
+                    fresh.slice_assign([0..b, 0..g, 0..position, 0..dk], old.narrow(2, 0, position))
+                }
+                None => fresh,
+            }
+        }
+    };
+    cache.slice_assign([0..b, 0..g, position..position + 1, 0..dk], new)
+}
+
 impl T5Layer {
-    /// x: [B, T, d]; self_kv: K/V for self-attention ([B, G, T', dk], the cache while decoding) or
-    /// `None` to project them from x; self_bias: position bias + mask of self-attention.
+    /// x: [B, T, d]; self_source: where self-attention's K/V come from; self_bias: position bias
+    /// + mask of self-attention.
     fn forward(
         &self,
         x: Tensor<3>,
-        self_kv: Option<(Tensor<4>, Tensor<4>)>,
+        self_source: SelfSource,
         self_bias: &AttentionBias,
         cross: Option<(CrossSource, &AttentionBias)>,
     ) -> Tensor<3> {
         let h = rms_norm(&self.self_norm, x.clone());
-        let a = match self_kv {
-            Some((k, v)) => self.self_attention.attend(h, k, v, self_bias),
-            None => self.self_attention.forward(h.clone(), h, self_bias),
+        let a = match self_source {
+            SelfSource::Input => self.self_attention.forward(h.clone(), h, self_bias),
+            SelfSource::Cache {
+                kv,
+                position,
+                capacity,
+            } => {
+                let (k_new, v_new) = self.self_attention.project_kv(h.clone());
+                let (k, v) = match kv.take() {
+                    Some((k, v)) => (Some(k), Some(v)),
+                    None => (None, None),
+                };
+                let k = write_position(k, k_new, position, capacity);
+                let v = write_position(v, v_new, position, capacity);
+                let used = position + 1;
+                let a = self
+                    .self_attention
+                    .attend_cached(h, (&k, &v, used), self_bias);
+                *kv = Some((k, v));
+                a
+            }
         };
         let mut x = x + self.dropout.forward(a);
         if let (Some(layer), Some((source, mask))) = (&self.cross, cross) {
@@ -707,12 +822,21 @@ pub struct T5Model {
     pub lm_head: Linear,
 }
 
+/// Positions a decoding cache is allocated for at its first step unless told more
+/// ([`DecoderCache::capacity`]); it doubles when full.
+pub const DECODER_CACHE_POSITIONS: usize = 64;
+
 /// The decoding state: per decoder layer the self-attention K/V of every past position and the
 /// cross-attention K/V of the encoder output, all with G heads ([B, G, ·, dk]).
 #[derive(Clone, Debug)]
 pub struct DecoderCache {
-    /// Self-attention keys and values per layer: [B, G, t, dk].
+    /// Self-attention keys and values per layer: [B, G, L, dk], positions `0..position` written,
+    /// L ≥ position (allocated ahead, so that a step writes one position instead of copying the
+    /// cache); `None` before the first step.
     pub self_kv: Vec<Option<(Tensor<4>, Tensor<4>)>>,
+    /// Positions the self-attention caches are allocated for at the first step (doubled when
+    /// full): [`DECODER_CACHE_POSITIONS`], or the output length when the caller knows it.
+    pub capacity: usize,
     /// Cross-attention keys and values per layer: [B, G, S, dk].
     pub cross_kv: Vec<(Tensor<4>, Tensor<4>)>,
     /// Cross-attention's bias: the encoder's padding ([B, S]).
@@ -734,6 +858,7 @@ impl DecoderCache {
         let padding = self.encoder_bias.padding.as_ref();
         DecoderCache {
             self_kv: self.self_kv.clone(),
+            capacity: self.capacity,
             cross_kv: self
                 .cross_kv
                 .iter()
@@ -747,11 +872,16 @@ impl DecoderCache {
         }
     }
 
-    /// Number of cached key and value elements (self + cross, all layers): proportional to G.
+    /// Number of cached key and value elements (self-attention's written positions + cross, all
+    /// layers): proportional to G.
     pub fn elements(&self) -> usize {
         let count =
             |(k, v): &(Tensor<4>, Tensor<4>)| k.shape().num_elements() + v.shape().num_elements();
-        self.self_kv.iter().flatten().map(count).sum::<usize>()
+        let written = |(k, v): &(Tensor<4>, Tensor<4>)| {
+            let ([b, g, _, dk], dv) = (k.dims(), v.dims()[3]);
+            b * g * self.position * (dk + dv)
+        };
+        self.self_kv.iter().flatten().map(written).sum::<usize>()
             + self.cross_kv.iter().map(count).sum::<usize>()
     }
 }
@@ -788,7 +918,7 @@ impl T5Model {
         // The position bias [H, S, S] and the key padding [B, S].
         let bias = encoder_bias(Some(stack.position_bias.forward(0, s, s)), keep);
         for layer in &stack.layers {
-            x = layer.forward(x, None, &bias, None);
+            x = layer.forward(x, SelfSource::Input, &bias, None);
         }
         stack.dropout.forward(rms_norm(&stack.final_norm, x))
     }
@@ -824,7 +954,7 @@ impl T5Model {
         let cross_bias = encoder_bias(None, keep);
         for layer in &stack.layers {
             let cross = Some((CrossSource::Encoded(encoded), &cross_bias));
-            x = layer.forward(x, None, &self_bias, cross);
+            x = layer.forward(x, SelfSource::Input, &self_bias, cross);
         }
         stack.dropout.forward(rms_norm(&stack.final_norm, x))
     }
@@ -876,6 +1006,7 @@ impl T5Model {
             .collect();
         DecoderCache {
             self_kv: vec![None; self.decoder.layers.len()],
+            capacity: DECODER_CACHE_POSITIONS,
             cross_kv,
             encoder_bias: encoder_bias(None, keep),
             position: 0,
@@ -894,16 +1025,14 @@ impl T5Model {
             padding: None,
         };
         for (i, layer) in stack.layers.iter().enumerate() {
-            let h = rms_norm(&layer.self_norm, x.clone());
-            let (k, v) = layer.self_attention.project_kv(h);
-            let (k, v) = match cache.self_kv[i].take() {
-                Some((pk, pv)) => (Tensor::cat(vec![pk, k], 2), Tensor::cat(vec![pv, v], 2)),
-                None => (k, v),
-            };
-            cache.self_kv[i] = Some((k.clone(), v.clone()));
             let (ck, cv) = &cache.cross_kv[i];
             let cross = Some((CrossSource::Cached(ck, cv), &cache.encoder_bias));
-            x = layer.forward(x, Some((k, v)), &self_bias, cross);
+            let source = SelfSource::Cache {
+                kv: &mut cache.self_kv[i],
+                position: t,
+                capacity: cache.capacity,
+            };
+            x = layer.forward(x, source, &self_bias, cross);
         }
         cache.position += 1;
         self.lm_head.forward(rms_norm(&stack.final_norm, x))
@@ -932,6 +1061,7 @@ impl T5Model {
         max_len: usize,
         stop: Stop,
     ) -> Vec<Vec<i64>> {
+        cache.capacity = cache.capacity.max(cache.position + max_len);
         let (k, _) = &cache.cross_kv[0];
         let (b, device) = (k.dims()[0], k.device());
         let mut outputs: Vec<Vec<i64>> = vec![Vec::new(); b];

@@ -137,25 +137,45 @@ struct AttnInputs {
     dv: usize,
     /// Query elements per key/value element: query element n reads K/V element n / r.
     r: usize,
+    /// Keys allocated per key/value element (k: [N / r, s_alloc, dk]); the first S are read (a
+    /// decoding cache preallocated past the positions decoded so far).
+    s_alloc: usize,
+    /// Whether the scores read Kᵀ transposed once per key/value element (many query rows) or K
+    /// in place (few: see [`KEYS_IN_PLACE_MAX_ROWS`]).
+    transpose_keys: bool,
     /// The instruction set of the row loops (read on the calling thread at construction).
     level: simd::SimdLevel,
 }
 
+/// Most query rows per key/value element (r · T) for which the scores read K in place
+/// (k-contiguous) instead of transposing it first ([`transpose_into`]): the transposition reads
+/// and writes all of K once per call, which pays when many rows share it but doubles the bytes of
+/// a decoding step (one row per query head, K the cache), a step bound by those bytes.
+pub const KEYS_IN_PLACE_MAX_ROWS: usize = 64;
+
 impl AttnInputs {
+    /// Attention over the first `used` keys of k and v (all of them: `None`).
     fn new(
         (q, k, v): (&FlexTensor, &FlexTensor, &FlexTensor),
+        used: Option<usize>,
         bias: Option<&FlexTensor>,
         key_mask: Option<(Vec<f32>, usize)>,
         spec: AttentionSpec,
     ) -> Self {
         let (qd, kd, vd) = (dims(q), dims(k), dims(v));
         let [n, t, dk] = [qd[0], qd[1], qd[2]];
-        let (n_kv, s, dv) = (kd[0], kd[1], vd[2]);
+        let (n_kv, s_alloc, dv) = (kd[0], kd[1], vd[2]);
+        let s = used.unwrap_or(s_alloc);
+        assert!(s <= s_alloc, "attention: {s} keys used of {s_alloc}");
         assert!(
             n_kv > 0 && n.is_multiple_of(n_kv),
             "attention: {n_kv} key/value elements for {n} queries"
         );
-        assert_eq!((kd[2], vd[0], vd[1]), (dk, n_kv, s), "attention shapes");
+        assert_eq!(
+            (kd[2], vd[0], vd[1]),
+            (dk, n_kv, s_alloc),
+            "attention shapes"
+        );
         if spec.causal {
             assert_eq!(t, s, "causal attention needs as many queries as keys");
         }
@@ -186,8 +206,20 @@ impl AttnInputs {
             dk,
             dv,
             r: n / n_kv,
+            s_alloc,
+            transpose_keys: (n / n_kv) * t > KEYS_IN_PLACE_MAX_ROWS,
             level: simd::current(),
         }
+    }
+
+    /// Offset of key/value element `kv`'s keys in k.
+    fn key_offset(&self, kv: usize) -> usize {
+        kv * self.s_alloc * self.dk
+    }
+
+    /// Offset of key/value element `kv`'s values in v.
+    fn value_offset(&self, kv: usize) -> usize {
+        kv * self.s_alloc * self.dv
     }
 
     /// Key/value elements.
@@ -242,29 +274,40 @@ impl AttnInputs {
     }
 
     /// Kᵀ [dk, S] of key/value element `b` into `kt`: the scores' right operand, n-contiguous
-    /// (see [`transpose_into`]).
+    /// (see [`transpose_into`]); nothing when the scores read K in place.
     fn transposed_keys(&self, b: usize, kt: &mut Vec<f32>, par: Threads) {
-        let (s, dk) = (self.s, self.dk);
-        transpose_into(&slice(&self.k)[b * s * dk..], (s, dk), kt, par);
+        if self.transpose_keys {
+            let (s, dk) = (self.s, self.dk);
+            transpose_into(&slice(&self.k)[self.key_offset(b)..], (s, dk), kt, par);
+        }
     }
 
     /// Vᵀ [dv, S] of key/value element `b` into `vt`: the right operand of the backward's `dO Vᵀ`.
     fn transposed_values(&self, b: usize, vt: &mut Vec<f32>, par: Threads) {
         let (s, dv) = (self.s, self.dv);
-        transpose_into(&slice(&self.v)[b * s * dv..], (s, dv), vt, par);
+        transpose_into(&slice(&self.v)[self.value_offset(b)..], (s, dv), vt, par);
     }
 
     /// Scores of query rows `i0..i1` of query element `b` against keys `0..kmax`, scaled and
     /// biased, into `buf` ([i1 − i0, kmax] row-major); masked entries are `−inf`. `kt`: the Kᵀ of
-    /// its key/value element ([`AttnInputs::transposed_keys`]).
+    /// its key/value element ([`AttnInputs::transposed_keys`]) when the keys are transposed.
     fn scores(&self, b: usize, i0: usize, i1: usize, kt: &[f32], buf: &mut [f32], par: Threads) {
         let kmax = self.key_limit(i1);
         let q = slice(&self.q);
         let (dk, rows) = (self.dk, i1 - i0);
-        assert_eq!(kt.len(), dk * self.s, "attention: Kᵀ size");
+        let keys = if self.transpose_keys {
+            assert_eq!(kt.len(), dk * self.s, "attention: Kᵀ size");
+            (kt.as_ptr(), self.s, 1)
+        } else {
+            (
+                slice(&self.k)[self.key_offset(b / self.r)..].as_ptr(),
+                1,
+                dk,
+            )
+        };
         let qp = q[(b * self.t + i0) * dk..].as_ptr();
-        // SAFETY: rows × dk of q from row i0 are inside b's slice, Kᵀ's dk rows have S ≥ kmax
-        // columns; buf holds rows × kmax.
+        // SAFETY: rows × dk of q from row i0 are inside b's slice; Kᵀ's dk rows have S ≥ kmax
+        // columns, or the K/V element's S ≥ kmax keys of dk are inside k; buf holds rows × kmax.
         unsafe {
             matmul(
                 (rows, kmax, dk),
@@ -272,7 +315,7 @@ impl AttnInputs {
                 kmax,
                 false,
                 (qp, dk, 1),
-                (kt.as_ptr(), self.s, 1),
+                keys,
                 self.spec.scale,
                 par.gemm(),
             );
@@ -411,7 +454,7 @@ fn attn_forward_one(
         scores: buf, kt, ..
     } = scratch;
     let v = slice(&x.v);
-    let vp = v[(b / x.r) * x.s * x.dv..].as_ptr();
+    let vp = v[x.value_offset(b / x.r)..].as_ptr();
     let mut offset = 0;
     for (i0, i1) in x.row_blocks() {
         let kmax = x.key_limit(i1);
@@ -592,7 +635,7 @@ fn attn_backward_one(
     let lse = &lse[b * t..(b + 1) * t];
     let grad = &grad[b * t * dvw..(b + 1) * t * dvw];
     let qb = &q[b * t * dkw..(b + 1) * t * dkw];
-    let kp = k[(b / x.r) * s * dkw..].as_ptr();
+    let kp = k[x.key_offset(b / x.r)..].as_ptr();
     let score = x.spec.score;
     let mut offset = 0;
     for (i0, i1) in x.row_blocks() {
@@ -935,7 +978,7 @@ fn attention_autodiff<const P: usize>(
     let nodes = tensors.each_ref().map(|t| t.node());
     let prims: Vec<FlexTensor> = tensors.iter().map(|t| t.primitive().clone()).collect();
     let qkv = (&prims[0], &prims[1], &prims[2]);
-    let inputs = AttnInputs::new(qkv, prims.get(3), key_mask, spec);
+    let inputs = AttnInputs::new(qkv, None, prims.get(3), key_mask, spec);
     let (out, lse, kept) = attn_forward(&inputs, inputs.keep_for_backward());
     let shape = vec![inputs.n, inputs.t, inputs.dv];
     let output = flex_from(out, shape);
@@ -983,6 +1026,30 @@ pub fn attention_grouped(
     bias: ScoreBias,
     spec: AttentionSpec,
 ) -> Option<Tensor<3>> {
+    grouped(q, (k, v, None), bias, spec)
+}
+
+/// [`attention_grouped`] over the first `used` keys and values of k and v ([N / r, L, dk] and
+/// [N / r, L, dv], L ≥ used), read in place: a decoding step over a cache preallocated past the
+/// positions decoded so far. Inference only: `None` off plain `flex` (and on its autodiff device).
+pub fn attention_grouped_prefix(
+    q: &Tensor<3>,
+    (k, v, used): (&Tensor<3>, &Tensor<3>, usize),
+    bias: ScoreBias,
+    spec: AttentionSpec,
+) -> Option<Tensor<3>> {
+    if route(&q.device()) != Route::Plain {
+        return None;
+    }
+    grouped(q, (k, v, Some(used)), bias, spec)
+}
+
+fn grouped(
+    q: &Tensor<3>,
+    (k, v, used): (&Tensor<3>, &Tensor<3>, Option<usize>),
+    bias: ScoreBias,
+    spec: AttentionSpec,
+) -> Option<Tensor<3>> {
     let route = route(&q.device());
     if route == Route::Reference {
         return None;
@@ -1007,7 +1074,7 @@ pub fn attention_grouped(
                 Some(b) => Some(p(b)?),
                 None => None,
             };
-            let inputs = AttnInputs::new((&q, &k, &v), table.as_ref(), key_mask, spec);
+            let inputs = AttnInputs::new((&q, &k, &v), used, table.as_ref(), key_mask, spec);
             let (out, _, _) = attn_forward(&inputs, Keep::Nothing);
             let shape = vec![inputs.n, inputs.t, inputs.dv];
             Some(Tensor::from_primitive::<Flex>(flex_from(out, shape)))

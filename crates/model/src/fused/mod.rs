@@ -379,9 +379,9 @@ pub mod simd;
 
 pub use activation::{Activation, activation, bias_activation, erf};
 pub use attention::{
-    AttentionSpec, DEFAULT_KEPT_SCORES_LIMIT, SHORT_ROW_BLOCK, SHORT_ROW_BLOCK_MAX_FLOATS,
-    ScoreBias, ScoreFn, attention, attention_grouped, kept_scores_limit, row_block,
-    with_kept_scores_limit,
+    AttentionSpec, DEFAULT_KEPT_SCORES_LIMIT, KEYS_IN_PLACE_MAX_ROWS, SHORT_ROW_BLOCK,
+    SHORT_ROW_BLOCK_MAX_FLOATS, ScoreBias, ScoreFn, attention, attention_grouped,
+    attention_grouped_prefix, kept_scores_limit, row_block, with_kept_scores_limit,
 };
 pub use chunk_linear::chunk_linear_attention;
 pub use cross_entropy::cross_entropy_rows;

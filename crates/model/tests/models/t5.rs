@@ -332,6 +332,37 @@ fn cached_decoding_equals_teacher_forcing() {
     }
 }
 
+/// Decoding past the cache's first allocation (it grows by doubling, each step writing one
+/// position in place) gives the teacher-forced logits at every one of 150 positions — longer than
+/// the relative-position buckets' exact range — on the fused kernels and on the plain path, for
+/// MHA, GQA and MQA; weights perturbed so that attention is not near uniform.
+#[test]
+fn long_cached_decoding_equals_teacher_forcing_past_the_cache_allocation() {
+    let dev = device();
+    let t = 2 * model::t5::DECODER_CACHE_POSITIONS + 22;
+    let b = batch(9);
+    let vocab = T5Config::tiny().vocab_size;
+    let ids: Vec<i64> = tokens(31, 2, t, vocab - 3).iter().map(|x| x + 3).collect();
+    let feed = token_tensor(&ids, 2, &dev);
+    for g in [4, 2, 1] {
+        let model = model::testing::perturb(tiny(g), 0.3, &dev, 7);
+        let run = || {
+            let (cache, cached) = cached_logits(&model, &b, &feed);
+            let encoded = model.encode(b.inputs.clone(), &b.keep);
+            let forced = values(model.decode(feed.clone(), &encoded, &b.keep));
+            (cache, cached, forced)
+        };
+        let what = format!("G = {g}");
+        let (cache, cached, forced) = run();
+        assert_eq!(cache.position, t);
+        let allocated = cache.self_kv[0].as_ref().expect("cache").0.dims()[2];
+        assert!(allocated >= t && allocated > model::t5::DECODER_CACHE_POSITIONS);
+        assert_close(&cached, &forced, 1e-4, &format!("{what}, fused"));
+        let (_, cached, forced) = fused::with_reference(run);
+        assert_close(&cached, &forced, 1e-4, &format!("{what}, plain"));
+    }
+}
+
 /// Greedy decoding returns, at each step, the argmax of the teacher-forced logits of its own output.
 #[test]
 fn greedy_decoding_is_consistent_with_teacher_forcing() {
