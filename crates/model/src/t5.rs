@@ -414,16 +414,24 @@ impl AttentionBias {
     }
 }
 
-/// [B, L, n·dk] → [B, n, L, dk]
+/// [B, L, n·dk] → [B, n, L, dk], contiguous on `flex` (one parallel pass, [`fused::split_heads`]:
+/// the decoding cache then holds each head's positions together, and the attention kernel reads
+/// them without a copy), a strided view elsewhere.
 fn split_heads(x: Tensor<3>, n: usize) -> Tensor<4> {
     let [b, l, w] = x.dims();
-    x.reshape([b, l, n, w / n]).swap_dims(1, 2)
+    match fused::split_heads(&x, n, None) {
+        Some(heads) => heads.reshape([b, n, l, w / n]),
+        None => x.reshape([b, l, n, w / n]).swap_dims(1, 2),
+    }
 }
 
-/// [B, n, L, dk] → [B, L, n·dk]
+/// [B, n, L, dk] → [B, L, n·dk] (one parallel pass on `flex`, [`fused::merge_heads`]).
 fn merge_heads(x: Tensor<4>) -> Tensor<3> {
     let [b, n, l, dk] = x.dims();
-    x.swap_dims(1, 2).reshape([b, l, n * dk])
+    match fused::merge_heads(&x.clone().reshape([b * n, l, dk]), n) {
+        Some(merged) => merged,
+        None => x.swap_dims(1, 2).reshape([b, l, n * dk]),
+    }
 }
 
 /// Expands K or V from G heads to H: [B, G, S, dk] → [B, H, S, dk], query head h reading group
@@ -931,8 +939,10 @@ impl T5Model {
         encoded: &Tensor<3>,
         keep: &Tensor<2, Bool>,
     ) -> Tensor<3> {
-        self.lm_head
-            .forward(self.decode_hidden(decoder_inputs, encoded, keep))
+        linear(
+            &self.lm_head,
+            self.decode_hidden(decoder_inputs, encoded, keep),
+        )
     }
 
     /// The decoder's final hidden states (after its final norm and dropout), the LM head's input:
@@ -1035,7 +1045,7 @@ impl T5Model {
             x = layer.forward(x, source, &self_bias, cross);
         }
         cache.position += 1;
-        self.lm_head.forward(rms_norm(&stack.final_norm, x))
+        linear(&self.lm_head, rms_norm(&stack.final_norm, x))
     }
 
     /// Greedy decoding of a batch with the KV cache: at most `max_len` tokens per sequence; with
