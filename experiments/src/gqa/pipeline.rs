@@ -80,6 +80,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         &task_baselines(&config, &pipeline.sources)?,
     )?;
 
+    pipeline.announce_reused()?;
     // Fine-tuning, decoding, scoring and timing: every model on every task. A fine-tuning stage
     // with a result scored the same way ([`StageResult`]) is reused as it is, so that neither it
     // nor anything upstream of it needs weights: a fresh clone, which has the committed results
@@ -311,6 +312,31 @@ impl<'a> Pipeline<'a> {
     /// A model of replicate `seed` before fine-tuning, as records: its config, where it came from,
     /// and its uptraining stage (none for a multi-head model or α = 0). Conversion and uptraining:
     /// α × the pre-training steps, on other windows of the corpus.
+    /// Says how many of the fine-tuned models already have a result scored the same way in the
+    /// stage directory, which this run reuses instead of training them again (a fresh clone
+    /// reuses the committed ones).
+    fn announce_reused(&self) -> Result<()> {
+        let (mut finished, mut total) = (0, 0);
+        for seed in self.config.replicate_seeds() {
+            for m in &self.config.models {
+                let upstream = self.upstream(m, seed)?;
+                for task_config in &self.config.tasks {
+                    let stage = self.finetune_stage(m, seed, task_config, &upstream);
+                    finished += usize::from(stage.result(&self.scoring())?.is_some());
+                    total += 1;
+                }
+            }
+        }
+        if finished > 0 {
+            eprintln!(
+                "{finished} of these {total} fine-tuned models have a result in {} and are reused, \
+                 not retrained (`--set stages=DIR` with a new DIR trains every stage anew)",
+                self.stages.display()
+            );
+        }
+        Ok(())
+    }
+
     fn upstream(&self, m: &ModelSpec, seed: u64) -> Result<UpstreamModel<'a>> {
         let c = self.config;
         let (t5, pretrain) = self.sizes[&m.size].clone();
