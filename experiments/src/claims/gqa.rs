@@ -15,6 +15,55 @@ pub const FAR_FASTER: f64 = 2.0;
 /// 0.24 = 1.17 per sample).
 pub const CLOSE_TO_MQA: f64 = 1.25;
 
+/// TPU v4's peak bf16 rate per chip, FLOP/s, the paper's hardware (Google Cloud's TPU v4 system
+/// architecture page and Jouppi et al. 2023, "TPU v4: An Optically Reconfigurable Supercomputer
+/// for Machine Learning": 275 TFLOPS).
+pub const TPU_V4_PEAK_FLOPS: f64 = 275e12;
+/// TPU v4's HBM bandwidth per chip, bytes/s (the same sources: 1,200 GB/s).
+pub const TPU_V4_HBM_BYTES_PER_S: f64 = 1.2e12;
+/// Bytes per value on the TPU (bf16, as the paper's T5X runs compute) over ours (f32): the byte
+/// counts of `decode_time.csv` are f32's.
+pub const TPU_BYTES_OVER_OURS: f64 = 0.5;
+
+/// A decoding step's roofline time (`gqa::decode::roofline_seconds`) at `gflops` and `gbps`, with
+/// its bytes scaled by `byte_scale`.
+fn step_roofline(
+    row: &crate::gqa::decode::DecodeRow,
+    (gflops, gbps, byte_scale): (f64, f64, f64),
+) -> Option<f64> {
+    let bytes = (row.kv_bytes_per_token + row.weight_bytes_per_token) * byte_scale;
+    crate::gqa::decode::roofline_seconds(row.flops_per_token, bytes, gflops, gbps)
+}
+
+/// What the roofline predicts for MHA / MQA and MHA / GQA-8 at the measured shapes, on this
+/// machine (its measured product rate and read bandwidth) and on a TPU v4: a prediction beside
+/// the verdict, never part of it. Empty when the rows carry no roofline.
+fn roofline_prediction(rows: &[crate::gqa::decode::DecodeRow], h: usize) -> String {
+    let row = |g: usize| rows.iter().find(|r| r.groups == g);
+    let (Some(mha), Some(mqa), Some(gqa8)) = (row(h), row(1), row(8)) else {
+        return String::new();
+    };
+    if mha.machine_gflops <= 0.0 || mha.flops_per_token <= 0.0 {
+        return String::new();
+    }
+    let predict = |hw: (f64, f64, f64)| -> Option<(f64, f64)> {
+        let t = |r| step_roofline(r, hw);
+        Some((t(mha)? / t(mqa)?, t(mha)? / t(gqa8)?))
+    };
+    let here = (mha.machine_gflops, mha.machine_read_gbps, 1.0);
+    let tpu = (
+        TPU_V4_PEAK_FLOPS / 1e9,
+        TPU_V4_HBM_BYTES_PER_S / 1e9,
+        TPU_BYTES_OVER_OURS,
+    );
+    match (predict(here), predict(tpu)) {
+        (Some((a, b)), Some((c, d))) => format!(
+            "; the roofline (max of FLOPs / rate and bytes / bandwidth) predicts MHA / MQA {a:.2}×, MHA / GQA-8 {b:.2}× on this machine and {c:.2}×, {d:.2}× on a TPU v4 (bf16) at the same shapes — predictions, not verdicts"
+        ),
+        _ => String::new(),
+    }
+}
+
 /// G1-time from `gqa_fig6`'s `rounds.csv`: per round, MHA's (G = H) decoding step time over
 /// MQA's (G = 1) and GQA-8's, and GQA-8's over MQA's; medians and interquartile ranges over the
 /// rounds, which time every G back to back.
@@ -60,11 +109,12 @@ pub(super) fn decode_claim(results: &Path) -> Claim {
             .unwrap_or_default();
         Ok((
             format!(
-                "{shape}: MHA / MQA {}×, MHA / GQA-8 {}×, GQA-8 / MQA {}× (median [interquartile range] over {} interleaved rounds)",
+                "{shape}: MHA / MQA {}×, MHA / GQA-8 {}×, GQA-8 / MQA {}× (median [interquartile range] over {} interleaved rounds){}",
                 mqa.show(2),
                 gqa8.show(2),
                 close.show(2),
-                step(1).len()
+                step(1).len(),
+                roofline_prediction(&rows, h)
             ),
             Verdict::all(&[
                 Verdict::above(&mqa, FAR_FASTER),
@@ -151,4 +201,62 @@ pub(super) fn gqa_quality_claims(results: &Path) -> Vec<Claim> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gqa::decode::DecodeRow;
+
+    fn row(groups: usize, flops: f64, kv_bytes: f64) -> DecodeRow {
+        DecodeRow {
+            groups,
+            n_heads: 64,
+            batch: 32,
+            input_length: 2048,
+            output_length: 64,
+            params: 0,
+            kv_cache_mib: 0.0,
+            encoder_s_per_sample: 0.0,
+            cross_kv_s_per_sample: 0.0,
+            decoder_s_per_token: 1.0,
+            s_per_sample: 0.0,
+            kv_bytes_per_token: kv_bytes,
+            weight_bytes_per_token: 1e9,
+            effective_gbps: 0.0,
+            machine_read_gbps: 10.0,
+            device: "test".into(),
+            flops_per_token: flops,
+            machine_gflops: 100.0,
+            roofline_s_per_token: 0.0,
+            measured_over_roofline: 0.0,
+        }
+    }
+
+    /// Bytes-bound on both machines: the predicted ratios are the byte ratios (f32 here, bf16 on
+    /// the TPU, which halves both sides alike). Compute-bound here (equal FLOPs): 1×.
+    #[test]
+    fn roofline_prediction_is_the_ratio_of_the_bound_side() {
+        // 1 GB of weights; K/V 3 GB (MHA), 0.5 GB (GQA-8), 0 (MQA); 1 GFLOP: bytes-bound at
+        // 100 GFLOP/s and 10 GB/s (0.01 s of compute against ≥ 0.1 s of bytes).
+        let rows = [row(64, 1e9, 3e9), row(8, 1e9, 0.5e9), row(1, 1e9, 0.0)];
+        let text = roofline_prediction(&rows, 64);
+        assert!(
+            text.contains(
+                "MHA / MQA 4.00×, MHA / GQA-8 2.67× on this machine and 4.00×, 2.67× on a TPU v4"
+            ),
+            "{text}"
+        );
+        // 100 GFLOP per step: compute-bound here (1 s against ≤ 0.4 s), bytes-bound on the TPU.
+        let rows = [row(64, 1e11, 3e9), row(8, 1e11, 0.5e9), row(1, 1e11, 0.0)];
+        let text = roofline_prediction(&rows, 64);
+        assert!(
+            text.contains("MHA / MQA 1.00×, MHA / GQA-8 1.00× on this machine"),
+            "{text}"
+        );
+        // No measured rate: no prediction.
+        let mut rows = rows.to_vec();
+        rows.iter_mut().for_each(|r| r.machine_gflops = 0.0);
+        assert!(roofline_prediction(&rows, 64).is_empty());
+    }
 }
