@@ -75,8 +75,8 @@ pub(super) fn decode_claim(results: &Path) -> Claim {
     let source = "[gqa_fig6](gqa_fig6/table.md)".to_string();
     let computed = (|| -> Result<(String, Verdict)> {
         let dir = results.join("gqa_fig6");
-        let rows = crate::gqa::decode::read_rows(&dir)?;
-        let rounds = crate::gqa::decode::read_rounds(&dir)?;
+        let rows = crate::gqa::decode_render::read_rows(&dir)?;
+        let rounds = crate::gqa::decode_render::read_rounds(&dir)?;
         let h = rows.iter().map(|r| r.n_heads).max().context("no rows")?;
         let step = |g: usize| -> std::collections::BTreeMap<usize, f64> {
             rounds

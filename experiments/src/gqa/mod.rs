@@ -15,10 +15,12 @@
 //!
 //! The files: `config` (what the TOML holds), `stages` (a stage's run directory, decoding and
 //! scoring), `pipeline` (`run`), `scores` (`scores.csv`, `baselines.csv`), `render` (`table.md`),
-//! `quality` (the G1–G3 verdicts), and `decode` (Figure 6: decoding time against the K/V groups).
+//! `quality` (the G1–G3 verdicts), `decode` (Figure 6: decoding time against the K/V groups) and
+//! `decode_render` (its table, charts and readers).
 
 pub mod config;
 pub mod decode;
+pub mod decode_render;
 mod dry_run;
 pub mod pipeline;
 pub mod quality;
