@@ -2,7 +2,7 @@
 //! training step (forward + backward + Adam) of each architecture at a fixed number of tokens per
 //! batch, over context lengths.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use burn::module::Module;
@@ -15,6 +15,10 @@ use serde::{Deserialize, Serialize};
 use training::write_atomic;
 
 use crate::{Cli, Profile, Progress, median, write_csv};
+
+mod anchors;
+
+use self::anchors::comparison;
 
 /// The sweep, one file per scale under `experiments/configs/table11/`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -74,101 +78,10 @@ pub struct LatencyRow {
 
 fn builtin(profile: Profile) -> &'static str {
     match profile {
-        Profile::Smoke => include_str!("../configs/table11/smoke.toml"),
-        Profile::Cpu => include_str!("../configs/table11/cpu.toml"),
-        Profile::Paper => include_str!("../configs/table11/paper.toml"),
+        Profile::Smoke => include_str!("../../configs/table11/smoke.toml"),
+        Profile::Cpu => include_str!("../../configs/table11/cpu.toml"),
+        Profile::Paper => include_str!("../../configs/table11/paper.toml"),
     }
-}
-
-/// Where the anchors are listed: `experiments/anchors/manifest.toml`, read from the repository
-/// root at run time, so that a new timing session edits the manifest, not the code.
-const ANCHOR_MANIFEST: &str = "experiments/anchors/manifest.toml";
-
-/// The repository root the anchors are read from: the working directory when it is the root (as
-/// under `just`), else the checkout this binary was built in (tests run in the crate's directory).
-fn anchors_root() -> PathBuf {
-    if Path::new(ANCHOR_MANIFEST).exists() {
-        PathBuf::from(".")
-    } else {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-    }
-}
-
-/// The anchors' manifest (`experiments/anchors/manifest.toml`).
-#[derive(Deserialize)]
-struct AnchorManifest {
-    /// The recorded JAX step times the first parity check reads.
-    reference: AnchorEntry,
-    /// The anchors timed interleaved with the committed `latency.csv`.
-    same_session: Vec<AnchorEntry>,
-}
-
-/// One anchor of the manifest.
-#[derive(Deserialize)]
-struct AnchorEntry {
-    /// The framework, as the tables name it.
-    name: String,
-    /// Its CSV (`model,context,median_s_per_step`), relative to the repository root.
-    file: String,
-    /// The largest ours / anchor ratio the project aims for on every row (same-session anchors).
-    #[serde(default)]
-    target: Option<f64>,
-}
-
-/// The anchors of the manifest under the repository root `root`: the reference's times and the
-/// same-session anchors.
-fn read_anchors(root: &Path) -> Result<(AnchorTimes, Vec<SessionAnchor>)> {
-    let manifest = root.join(ANCHOR_MANIFEST);
-    let text = std::fs::read_to_string(&manifest).with_context(|| {
-        format!(
-            "cannot read {}: run from the repository root",
-            manifest.display()
-        )
-    })?;
-    let m: AnchorManifest = toml::from_str(&text)
-        .with_context(|| format!("bad anchor manifest {}", manifest.display()))?;
-    let read = |file: &str| {
-        std::fs::read_to_string(root.join(file))
-            .with_context(|| format!("anchor {file} (listed in {})", manifest.display()))
-            .and_then(|csv| read_anchor(&csv))
-    };
-    let reference = read(&m.reference.file)?;
-    let session = m
-        .same_session
-        .into_iter()
-        .map(|a| {
-            let target = a.target.with_context(|| {
-                format!(
-                    "anchor `{}` in {}: give its `target`",
-                    a.name,
-                    manifest.display()
-                )
-            })?;
-            Ok(SessionAnchor {
-                times: read(&a.file)?,
-                name: a.name,
-                file: a.file,
-                target,
-            })
-        })
-        .collect::<Result<_>>()?;
-    Ok((reference, session))
-}
-
-/// An anchor timed in the same session as our rows: the JAX/XLA script (its
-/// `transformer_plusplus` the faster of the anchor's own Transformer++ and the same model with
-/// blockwise attention, `anchors/tfmpp_blockwise_jax.py`) or PyTorch eager running the public
-/// implementations (`anchors/torch_anchor.py`: flash-pytorch 0.1.9 for FLASH and FLASH-Quad,
-/// x-transformers for Transformer++), with the ratio of ours to theirs the project aims for.
-struct SessionAnchor {
-    /// The framework, as the tables name it.
-    name: String,
-    /// Its CSV, relative to the repository root.
-    file: String,
-    /// Its step times.
-    times: AnchorTimes,
-    /// The largest ours / anchor ratio the project aims for on every row.
-    target: f64,
 }
 
 /// FLASH is "flat in context" when its step at the longest context is at most this many times its
@@ -430,186 +343,9 @@ pub fn render(out: &Path) -> Result<()> {
     write_atomic(&out.join("comparison.md"), comparison(&rows)?.as_bytes())
 }
 
-/// Markdown: our seconds per step beside the JAX anchor's, row by row, and the growth 512 → 8192.
-fn comparison(rows: &[LatencyRow]) -> Result<String> {
-    let (anchor, session) = read_anchors(&anchors_root())?;
-    let mut md = String::from(
-        "# Table 11 on this machine: burn vs the JAX anchor\n\n\
-         Seconds per causal-LM training step (median), same configuration as `experiments/anchors/flash_jax.py`.\n\
-         Generated by `table11` from `latency.csv` and `experiments/anchors/flash_jax_cpu.csv`.\n\n\
-         | model | context | batch | ours (s) | JAX anchor (s) | ours / anchor | tokens/s | model GFLOP/s |\n|---|---|---|---|---|---|---|---|\n",
-    );
-    for r in rows {
-        let (a_s, ratio) = match anchor_seconds(&anchor, &r.model, r.context) {
-            Some(a) => (
-                format!("{a:.2}"),
-                format!("{:.2}×", r.median_s_per_step / a),
-            ),
-            None => ("—".into(), "—".into()),
-        };
-        md += &format!(
-            "| {} | {} | {} | {:.3} | {a_s} | {ratio} | {:.0} | {:.1} |\n",
-            r.model, r.context, r.batch, r.median_s_per_step, r.tokens_per_s, r.model_gflop_per_s
-        );
-    }
-    md += &parity(
-        rows,
-        &anchor,
-        "the recorded anchor (`experiments/anchors/flash_jax_cpu.csv`)",
-    );
-    md += &session_comparison(rows, &session);
-    for a in &session {
-        let what = format!("{} re-timed in this session (`{}`)", a.name, a.file);
-        md += &parity(rows, &a.times, &what);
-    }
-    md += &format!(
-        "\n## Growth from the shortest to the longest context (FLASH flat: at most {FLAT_BOUND}×)\n\n\
-         | model | first context | last context | ratio of s/step |\n|---|---|---|---|\n"
-    );
-    let mut models: Vec<&str> = Vec::new();
-    for r in rows {
-        if !models.contains(&r.model.as_str()) {
-            models.push(&r.model);
-        }
-    }
-    for m in models {
-        let mine: Vec<&LatencyRow> = rows.iter().filter(|r| r.model == m).collect();
-        if let (Some(first), Some(last)) = (
-            mine.iter().min_by_key(|r| r.context),
-            mine.iter().max_by_key(|r| r.context),
-        ) {
-            let growth = last.median_s_per_step / first.median_s_per_step;
-            let flat = match m {
-                "flash" if growth <= FLAT_BOUND => " (flat)",
-                "flash" => " (**not flat**)",
-                _ => "",
-            };
-            md += &format!(
-                "| {m} | {} | {} | {growth:.2}×{flat} |\n",
-                first.context, last.context
-            );
-        }
-    }
-    Ok(md)
-}
-
-/// Markdown: each row beside every same-session anchor, with the ratio and whether it meets the
-/// anchor's target, and a count of the rows that meet all targets.
-fn session_comparison(rows: &[LatencyRow], anchors: &[SessionAnchor]) -> String {
-    let mut md = String::from(
-        "\n## Against the anchors re-timed in this session\n\n| model | context | ours (s) |",
-    );
-    let mut rule = String::from("|---|---|---|");
-    for a in anchors {
-        md += &format!(" {0} (s) | ours / {0} | ≤ {1}? |", a.name, a.target);
-        rule += "---|---|---|";
-    }
-    md += &format!("\n{rule}\n");
-    let (mut compared, mut met) = (0, 0);
-    for r in rows {
-        md += &format!(
-            "| {} | {} | {:.3} |",
-            r.model, r.context, r.median_s_per_step
-        );
-        let mut all = true;
-        let mut any = false;
-        for a in anchors {
-            match anchor_seconds(&a.times, &r.model, r.context) {
-                Some(t) => {
-                    let ratio = r.median_s_per_step / t;
-                    let ok = ratio <= a.target;
-                    all &= ok;
-                    any = true;
-                    md += &format!(
-                        " {t:.2} | {ratio:.2}× | {} |",
-                        if ok { "yes" } else { "**no**" }
-                    );
-                }
-                None => {
-                    all = false;
-                    md += " — | — | — |";
-                }
-            }
-        }
-        md += "\n";
-        if any {
-            compared += 1;
-            met += usize::from(all);
-        }
-    }
-    let files: Vec<String> = anchors.iter().map(|a| format!("`{}`", a.file)).collect();
-    md += &format!(
-        "\n{met} of {compared} rows meet every target (anchors: {}).\n",
-        files.join(", ")
-    );
-    md
-}
-
-/// The project's parity requirement: at each context, no architecture's ours/anchor ratio may
-/// exceed another's by more than this, or a speedup between them measures the implementations
-/// rather than the algorithms.
-pub const PARITY_BOUND: f64 = 1.3;
-
-/// Markdown: per context, each model's ours/anchor ratio and the largest over the smallest.
-fn parity(rows: &[LatencyRow], anchor: &[(String, usize, f64)], what: &str) -> String {
-    let mut contexts: Vec<usize> = rows.iter().map(|r| r.context).collect();
-    contexts.sort_unstable();
-    contexts.dedup();
-    let mut md = format!(
-        "\n## Parity against {what}: ours / anchor per model, and the spread (bound {PARITY_BOUND})\n\n\
-         | context | ratios | largest / smallest | within {PARITY_BOUND}? |\n|---|---|---|---|\n"
-    );
-    for context in contexts {
-        let ratios: Vec<(&str, f64)> = rows
-            .iter()
-            .filter(|r| r.context == context)
-            .filter_map(|r| {
-                let a = anchor_seconds(anchor, &r.model, context)?;
-                Some((r.model.as_str(), r.median_s_per_step / a))
-            })
-            .collect();
-        if ratios.len() < 2 {
-            continue;
-        }
-        let (lo, hi) = ratios
-            .iter()
-            .fold((f64::MAX, 0f64), |(lo, hi), &(_, r)| (lo.min(r), hi.max(r)));
-        let listed: Vec<String> = ratios.iter().map(|(m, r)| format!("{m} {r:.2}×")).collect();
-        let verdict = if hi / lo <= PARITY_BOUND {
-            "yes"
-        } else {
-            "**no**"
-        };
-        md += &format!(
-            "| {context} | {} | {:.2} | {verdict} |\n",
-            listed.join(", "),
-            hi / lo
-        );
-    }
-    md
-}
-
-/// The anchor's seconds per step for `model` at `context`, if it timed that pair.
-fn anchor_seconds(anchor: &[(String, usize, f64)], model: &str, context: usize) -> Option<f64> {
-    anchor
-        .iter()
-        .find(|(m, c, _)| m == model && *c == context)
-        .map(|&(_, _, s)| s)
-}
-
-/// An anchor's step times: (model, context, median seconds per step).
-type AnchorTimes = Vec<(String, usize, f64)>;
-
-fn read_anchor(csv: &str) -> Result<AnchorTimes> {
-    let mut reader = csv::Reader::from_reader(csv.as_bytes());
-    reader
-        .deserialize::<(String, usize, f64)>()
-        .map(|r| r.context("anchor CSV"))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
+    use super::anchors::*;
     use super::*;
 
     fn row(model: &str, context: usize, seconds: f64) -> LatencyRow {
