@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -81,54 +81,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
     )?;
 
     pipeline.announce_reused()?;
-    // Fine-tuning, decoding, scoring and timing: every model on every task. A fine-tuning stage
-    // with a result scored the same way ([`StageResult`]) is reused as it is, so that neither it
-    // nor anything upstream of it needs weights: a fresh clone, which has the committed results
-    // but no models, trains only what has no result yet.
-    let mut rows: Vec<ScoreRow> = Vec::new();
-    for seed in config.replicate_seeds() {
-        for m in &config.models {
-            let upstream = pipeline.upstream(m, seed)?;
-            // Made when the first task without a result needs it.
-            let mut start: Option<(T5Model, SpanLosses)> = None;
-            for task_config in &config.tasks {
-                let stage = pipeline.finetune_stage(m, seed, task_config, &upstream);
-                if let Some(row) = stage.result(&pipeline.scoring())? {
-                    eprintln!(
-                        "{} on {} (seed {seed}): {} {:.2}, the result in {} (device {})",
-                        m.name,
-                        task_config.name,
-                        row.metric,
-                        row.score,
-                        stage.dir.display(),
-                        row.device
-                    );
-                    rows.push(ScoreRow {
-                        model: m.name.clone(),
-                        ..row
-                    });
-                    write_scores(&cli.out, &rows)?;
-                    continue;
-                }
-                let (model, losses) = match start.take() {
-                    Some(made) => made,
-                    None => pipeline.start_model(m, seed, upstream.2.as_ref())?,
-                };
-                let scored = Scored {
-                    model: m,
-                    seed,
-                    task: task_config,
-                    kv_heads: upstream.0.n_kv_heads,
-                    losses: &losses,
-                    device: &provenance.device,
-                };
-                let row = pipeline.finetune_and_score(&stage, model.clone(), scored)?;
-                rows.push(row);
-                write_scores(&cli.out, &rows)?;
-                start = Some((model, losses));
-            }
-        }
-    }
+    pipeline.finetune_all(&cli.out, &provenance.device)?;
     render(&cli.out)?;
     eprintln!("wrote {}", cli.out.display());
     Ok(())
@@ -312,6 +265,60 @@ impl<'a> Pipeline<'a> {
     /// A model of replicate `seed` before fine-tuning, as records: its config, where it came from,
     /// and its uptraining stage (none for a multi-head model or α = 0). Conversion and uptraining:
     /// α × the pre-training steps, on other windows of the corpus.
+    /// Fine-tuning, decoding, scoring and timing: every model on every task, `scores.csv` in `out`
+    /// written as the rows come. `device` names the device in the rows it scores.
+    fn finetune_all(&self, out: &Path, device: &str) -> Result<()> {
+        // Fine-tuning, decoding, scoring and timing: every model on every task. A fine-tuning stage
+        // with a result scored the same way ([`StageResult`]) is reused as it is, so that neither it
+        // nor anything upstream of it needs weights: a fresh clone, which has the committed results
+        // but no models, trains only what has no result yet.
+        let mut rows: Vec<ScoreRow> = Vec::new();
+        for seed in self.config.replicate_seeds() {
+            for m in &self.config.models {
+                let upstream = self.upstream(m, seed)?;
+                // Made when the first task without a result needs it.
+                let mut start: Option<(T5Model, SpanLosses)> = None;
+                for task_config in &self.config.tasks {
+                    let stage = self.finetune_stage(m, seed, task_config, &upstream);
+                    if let Some(row) = stage.result(&self.scoring())? {
+                        eprintln!(
+                            "{} on {} (seed {seed}): {} {:.2}, the result in {} (device {})",
+                            m.name,
+                            task_config.name,
+                            row.metric,
+                            row.score,
+                            stage.dir.display(),
+                            row.device
+                        );
+                        rows.push(ScoreRow {
+                            model: m.name.clone(),
+                            ..row
+                        });
+                        write_scores(out, &rows)?;
+                        continue;
+                    }
+                    let (model, losses) = match start.take() {
+                        Some(made) => made,
+                        None => self.start_model(m, seed, upstream.2.as_ref())?,
+                    };
+                    let scored = Scored {
+                        model: m,
+                        seed,
+                        task: task_config,
+                        kv_heads: upstream.0.n_kv_heads,
+                        losses: &losses,
+                        device,
+                    };
+                    let row = self.finetune_and_score(&stage, model.clone(), scored)?;
+                    rows.push(row);
+                    write_scores(out, &rows)?;
+                    start = Some((model, losses));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Says how many of the fine-tuned models already have a result scored the same way in the
     /// stage directory, which this run reuses instead of training them again (a fresh clone
     /// reuses the committed ones).
