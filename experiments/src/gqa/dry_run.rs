@@ -9,6 +9,7 @@ use training::trainer::TrainConfig;
 
 use super::config::{PipelineConfig, StageConfig};
 use crate::Cli;
+use crate::dry_run::RunPlan;
 
 /// `--dry-run` of the pipeline: every stage it would train (pre-training per size without a
 /// checkpoint, uptraining per converted model, fine-tuning per model and task) built on the
@@ -19,19 +20,61 @@ pub(super) fn dry_run_pipeline(
     config: &PipelineConfig,
     mode: crate::dry_run::DryRun,
 ) -> Result<()> {
-    use crate::dry_run::{RunPlan, SyntheticSeq2Seq, param_stats, real_step};
+    use crate::dry_run::{SyntheticSeq2Seq, real_step};
     let device = cli.one_device()?.train_device()?;
-    let build = device.clone().without_autodiff();
+    let stages = planned_stages(config, &device.clone().without_autodiff())?;
+    let plans: Vec<RunPlan> = stages.iter().map(|(p, ..)| p.clone()).collect();
+    crate::dry_run::print(cli, "", &plans);
+    let both = [Split::Train, Split::Validation];
+    let reads: Vec<(&str, &[Split])> = std::iter::once(config.corpus.as_str())
+        .chain(config.tasks.iter().map(|t| t.dataset.as_str()))
+        .map(|d| (d, &both[..]))
+        .collect();
+    crate::dry_run::print_data(
+        &SourceOptions::from_config(&config.data_dir, &config.data_dirs)?,
+        &reads,
+    )?;
+    if mode == crate::dry_run::DryRun::Step {
+        for (p, t5, train, (s, t)) in &stages {
+            let estimate = p.bytes_with_activations(t5.activation_floats(1, *s, *t));
+            real_step(
+                &p.label,
+                (estimate, s + t),
+                || t5.init(&device),
+                SyntheticSeq2Seq::new(*s, *t, t5.vocab_size),
+                train,
+                &device,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a planned stage's model decodes (fine-tuning: its decoding cache is planned too).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Decodes {
+    Yes,
+    No,
+}
+
+/// A planned stage: its plan, model, training config and (input, target) lengths.
+type PlannedStage = (RunPlan, T5Config, TrainConfig, (usize, usize));
+
+/// Every stage the pipeline would train, in order, each model built on `build` to count it.
+fn planned_stages(
+    config: &PipelineConfig,
+    build: &burn::prelude::Device,
+) -> Result<Vec<PlannedStage>> {
+    use crate::dry_run::param_stats;
     let vocab = crate::dry_run::vocab_size(&config.tokenizer)?;
     let span_targets = config.pretrain_objective.target_length(config.input_length);
-    // (plan, model, train config, input and target lengths)
-    let mut stages: Vec<(RunPlan, T5Config, TrainConfig, (usize, usize))> = Vec::new();
+    let mut stages: Vec<PlannedStage> = Vec::new();
     let mut plan = |(label, runs): (String, usize),
                     t5: T5Config,
                     (stage, train): (&StageConfig, TrainConfig),
                     (s, t): (usize, usize),
-                    decodes: bool| {
-        let (params, optimizer_floats) = param_stats(&t5.init(&build), &stage.optimizer);
+                    decodes: Decodes| {
+        let (params, optimizer_floats) = param_stats(&t5.init(build), &stage.optimizer);
         stages.push((
             RunPlan {
                 label,
@@ -41,7 +84,7 @@ pub(super) fn dry_run_pipeline(
                 steps: train.steps,
                 optimizer_floats,
                 activation_floats: t5.activation_floats(stage.batch, s, t),
-                kv_cache_floats: if decodes {
+                kv_cache_floats: if decodes == Decodes::Yes {
                     t5.kv_cache_floats_per_sequence(s, t)
                 } else {
                     0.0
@@ -74,7 +117,7 @@ pub(super) fn dry_run_pipeline(
                     t5.clone(),
                     (&stage, train),
                     (len, len),
-                    false,
+                    Decodes::No,
                 );
             }
             let train = config.pretrain.train(config.pretrain.steps, config.seed);
@@ -83,7 +126,7 @@ pub(super) fn dry_run_pipeline(
                 t5.clone(),
                 (&config.pretrain, train),
                 span,
-                false,
+                Decodes::No,
             );
         }
         let t5 = match m.kv_heads {
@@ -97,7 +140,7 @@ pub(super) fn dry_run_pipeline(
                 t5.clone(),
                 (&config.pretrain, config.uptrain(steps, config.seed)),
                 span,
-                false,
+                Decodes::No,
             );
         }
         for task in &config.tasks {
@@ -107,33 +150,9 @@ pub(super) fn dry_run_pipeline(
                 t5.clone().with_dropout(config.finetune.dropout),
                 (&config.finetune, train),
                 (task.input_length, task.target_length),
-                true,
+                Decodes::Yes,
             );
         }
     }
-    let plans: Vec<RunPlan> = stages.iter().map(|(p, ..)| p.clone()).collect();
-    crate::dry_run::print(cli, "", &plans);
-    let both = [Split::Train, Split::Validation];
-    let reads: Vec<(&str, &[Split])> = std::iter::once(config.corpus.as_str())
-        .chain(config.tasks.iter().map(|t| t.dataset.as_str()))
-        .map(|d| (d, &both[..]))
-        .collect();
-    crate::dry_run::print_data(
-        &SourceOptions::from_config(&config.data_dir, &config.data_dirs)?,
-        &reads,
-    )?;
-    if mode == crate::dry_run::DryRun::Step {
-        for (p, t5, train, (s, t)) in &stages {
-            let estimate = p.bytes_with_activations(t5.activation_floats(1, *s, *t));
-            real_step(
-                &p.label,
-                (estimate, s + t),
-                || t5.init(&device),
-                SyntheticSeq2Seq::new(*s, *t, t5.vocab_size),
-                train,
-                &device,
-            )?;
-        }
-    }
-    Ok(())
+    Ok(stages)
 }
