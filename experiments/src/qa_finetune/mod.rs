@@ -350,7 +350,6 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
     }
     // 2. Fine-tuning data: the QA set with the pre-training tokenizer.
     let qa_data = qa_data(&config, &lm_data)?;
-    let spec = qa_data.spec;
     let format = LmQaFormat {
         context: config.context,
         answer_length: config.answer_length,
@@ -363,48 +362,14 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
     let stop = stop_on_ctrl_c();
     let mut scores: Vec<ScoreRow> = Vec::new();
     let mut metrics: Vec<SweepRow> = Vec::new();
+    let finetune = Finetune {
+        config: &config,
+        devices: &devices,
+        stop: &stop,
+        provenance: &provenance,
+    };
     for r in &runs {
-        let train_cfg = train_config(&config, r.seed);
-        let identity = serde_json::json!({
-            "pretrained": dir_name(&r.dir), "dataset": spec.name, "format": format,
-            "batch": config.batch, "train": train_cfg, "eval_examples": config.eval_examples,
-            "shuffle_buffer": config.shuffle_buffer,
-        });
-        let ft_dir = run_store::run_dir(
-            &cli.store,
-            &format!("{}_qa", r.model_config.arch.name()),
-            config.context,
-            &identity,
-        );
-        run_store::claim(&ft_dir, &identity)?;
-        let label = format!("{} QA fine-tuning, seed {}", r.model, r.seed);
-        let shuffle = data::epochs::Shuffle {
-            buffer: config.shuffle_buffer,
-            seed: r.seed,
-        };
-        let mut task = LmQaTask::new(
-            qa_data.clone(),
-            format,
-            (config.batch, config.eval_examples),
-            shuffle,
-        )?;
-        let scores_path = ft_dir.join("scores.json");
-        let row: ScoreRow = match std::fs::read(&scores_path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .with_context(|| format!("malformed {}", scores_path.display()))?,
-            Err(_) => {
-                let finetune = Finetune {
-                    config: &config,
-                    devices: &devices,
-                    stop: &stop,
-                    provenance: &provenance,
-                };
-                let row = finetune.run(r, &ft_dir, &mut task, &label)?;
-                write_json(&scores_path, &row)?;
-                row
-            }
-        };
-        eprintln!("{label}: F1 {:.2}, EM {:.2}", row.f1, row.exact_match);
+        let (row, ft_dir) = finetune.scored(r, (&qa_data, format), &cli.store)?;
         metrics.extend(read_metrics(&ft_dir)?.into_iter().map(|m| SweepRow {
             model: r.model.clone(),
             context: config.context,
@@ -446,6 +411,53 @@ struct Finetune<'a> {
 }
 
 impl Finetune<'_> {
+    /// The fine-tuned, scored model of pre-trained run `r` in the run store `store` (at its
+    /// identity's directory): its `scores.json` when finished there, else fine-tuned and scored
+    /// now. Returns the row and the directory.
+    fn scored(
+        &self,
+        r: &StoredRun,
+        (qa_data, format): (&LmData, LmQaFormat),
+        store: &Path,
+    ) -> Result<(ScoreRow, std::path::PathBuf)> {
+        let config = self.config;
+        let identity = serde_json::json!({
+            "pretrained": dir_name(&r.dir), "dataset": qa_data.spec.name, "format": format,
+            "batch": config.batch, "train": train_config(config, r.seed),
+            "eval_examples": config.eval_examples, "shuffle_buffer": config.shuffle_buffer,
+        });
+        let ft_dir = run_store::run_dir(
+            store,
+            &format!("{}_qa", r.model_config.arch.name()),
+            config.context,
+            &identity,
+        );
+        run_store::claim(&ft_dir, &identity)?;
+        let label = format!("{} QA fine-tuning, seed {}", r.model, r.seed);
+        let shuffle = data::epochs::Shuffle {
+            buffer: config.shuffle_buffer,
+            seed: r.seed,
+        };
+        let mut task = LmQaTask::new(
+            qa_data.clone(),
+            format,
+            (config.batch, config.eval_examples),
+            shuffle,
+        )?;
+        let scores_path = ft_dir.join("scores.json");
+        let row: ScoreRow = match std::fs::read(&scores_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .with_context(|| format!("malformed {}", scores_path.display()))?,
+            Err(_) => {
+                let row = self.run(r, &ft_dir, &mut task, &label)?;
+                write_json(&scores_path, &row)?;
+                row
+            }
+        };
+        eprintln!("{label}: F1 {:.2}, EM {:.2}", row.f1, row.exact_match);
+        Ok((row, ft_dir))
+    }
+
     /// Fine-tunes pre-trained run `r` on the QA task in `ft_dir` (resuming it), answers the
     /// held-out questions greedily, scores them with TriviaQA's F1 / EM and writes the
     /// predictions.
