@@ -50,6 +50,39 @@ pub fn main(id: &'static str) {
     });
 }
 
+/// The output directory of the command that runs the sweep (not of its `--jobs` workers), made
+/// and described: its provenance (`env.json`, returned) and `data.json` (the dataset, splits,
+/// files, tokenizer, run store and the unigram perplexity); step times calibrated on another
+/// machine forgotten first.
+fn prepare_output(
+    cli: &Cli,
+    config: &LmSweepConfig,
+    data: &LmData,
+    select_files: &[std::path::PathBuf],
+) -> Result<Provenance> {
+    std::fs::create_dir_all(&cli.out)
+        .with_context(|| format!("cannot create {}", cli.out.display()))?;
+    // Read before this command's env.json replaces the one that names the calibration's machine.
+    forget_other_machines_step_times(&cli.out, cli.output_machine(), &cli.machine())?;
+    let provenance = cli.save_provenance(config)?;
+    let eval_split = match config.eval_split {
+        EvalSplit::Validation => "validation",
+        EvalSplit::Test => "test",
+    };
+    write_atomic(
+        &cli.out.join("data.json"),
+        serde_json::to_string_pretty(&serde_json::json!({
+            "dataset": data.spec.name, "train_split": "train", "train_order": config.train_order,
+            "eval_split": eval_split, "select_files": select_files,
+            "train_files": data.train_files, "eval_files": data.eval_files,
+            "tokenizer": data.tok.description, "run_store": cli.store,
+            "unigram_ppl": unigram_ppl(data)?,
+        }))?
+        .as_bytes(),
+    )?;
+    Ok(provenance)
+}
+
 pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result<()> {
     let table = paper_table(cli.id);
     if cli.report_only {
@@ -79,17 +112,10 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         return dry_run_sweep(&cli, &config, &models, &devices, mode);
     }
     let data = sweep_data(&config)?;
-    let LmData {
-        spec,
-        train_files,
-        eval_files,
-        tok,
-    } = data.clone();
-    let tok_description = tok.description.clone();
     // Every run's model configuration resolves and is consistent before anything is written.
     for &context in &config.contexts {
         for m in models.iter().chain(&timed_only) {
-            run_model_config(&config, m, context, tok.vocab_size())?;
+            run_model_config(&config, m, context, data.tok.vocab_size())?;
         }
     }
     let stop = stop_on_ctrl_c();
@@ -110,29 +136,10 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             provenance.command = args[..args.len().saturating_sub(2)].join(" ");
             (provenance, Progress::Lines)
         }
-        None => {
-            std::fs::create_dir_all(&cli.out)
-                .with_context(|| format!("cannot create {}", cli.out.display()))?;
-            // Read before this command's env.json replaces the one that names the calibration's
-            // machine.
-            forget_other_machines_step_times(&cli.out, cli.output_machine(), &cli.machine())?;
-            let provenance = cli.save_provenance(&config)?;
-            let eval_split = match config.eval_split {
-                EvalSplit::Validation => "validation",
-                EvalSplit::Test => "test",
-            };
-            write_atomic(
-                &cli.out.join("data.json"),
-                serde_json::to_string_pretty(&serde_json::json!({
-                    "dataset": spec.name, "train_split": "train", "train_order": config.train_order,
-                    "eval_split": eval_split, "select_files": select_files,
-                    "train_files": train_files, "eval_files": eval_files, "tokenizer": tok_description,
-                    "run_store": cli.store, "unigram_ppl": unigram_ppl(&data)?,
-                }))?
-                .as_bytes(),
-            )?;
-            (provenance, Progress::Auto)
-        }
+        None => (
+            prepare_output(&cli, &config, &data, &select_files)?,
+            Progress::Auto,
+        ),
     };
     let trainer = RunTrainer {
         config: &config,
