@@ -9,7 +9,7 @@ use super::sources::{missing, model_name};
 use crate::claim::Claim;
 use crate::latency::LatencyRow;
 use crate::lm_sweep::{read_rows, read_step_times, saved_config, summaries};
-use crate::verdict::{Spread, StepCost, Verdict};
+use crate::verdict::{Spread, StepCost, StepTime, SweepRow, Verdict};
 
 /// F1 from `table11`'s `latency.csv`.
 pub(super) fn latency_claim(results: &Path) -> Result<Claim> {
@@ -186,87 +186,8 @@ pub(super) fn performer_claims(results: &Path) -> Vec<Claim> {
         .into_iter()
         .filter_map(|c| {
             let (ratio, how) = match &times {
-                Some(times) => {
-                    let cost = StepCost::Timed(times);
-                    let mut models: Vec<&str> = times
-                        .iter()
-                        .filter(|t| t.context == c)
-                        .map(|t| t.model.as_str())
-                        .collect();
-                    models.sort_unstable();
-                    models.dedup();
-                    let performers = ["performer", TOKEN_LEVEL_PERFORMER];
-                    let others: Vec<Vec<f64>> = models
-                        .iter()
-                        .filter(|m| !performers.contains(m))
-                        .map(|m| cost.seconds(m, c))
-                        .collect();
-                    // Per round, a Performer's step time / the slowest other model's.
-                    let ratio = |name: &str| -> Option<(Spread, usize)> {
-                        let own = cost.seconds(name, c);
-                        if own.is_empty()
-                            || others.is_empty()
-                            || others.iter().any(|o| o.len() != own.len())
-                        {
-                            return None;
-                        }
-                        let per_round: Vec<f64> = (0..own.len())
-                            .map(|r| own[r] / others.iter().map(|o| o[r]).fold(0.0, f64::max))
-                            .collect();
-                        Some((Spread::quartiles(&per_round), per_round.len()))
-                    };
-                    let (blockwise, rounds) = ratio("performer")?;
-                    match ratio(TOKEN_LEVEL_PERFORMER) {
-                        Some((token, _)) => (
-                            token,
-                            format!(
-                                "step time / the slowest other model's, median and interquartile range over {rounds} rounds timed together: the paper's Performer (token-level prefix sums) {}×, ours as trained (blockwise, blocks of {}) {}×; the verdict reads the token-level one",
-                                token.show(2),
-                                model::transformer::FAVOR_CAUSAL_BLOCK,
-                                blockwise.show(2)
-                            ),
-                        ),
-                        None => (
-                            blockwise,
-                            format!(
-                                "Performer's step time / the slowest other model's, median and interquartile range over {rounds} rounds timed together: {}× (blockwise prefix sums, blocks of {}, not the paper's token-level cumulative sum, which this calibration did not time)",
-                                blockwise.show(2),
-                                model::transformer::FAVOR_CAUSAL_BLOCK
-                            ),
-                        ),
-                    }
-                }
-                None => {
-                    // Each run's average tokens/s: its last row's.
-                    let mut last = std::collections::BTreeMap::new();
-                    for r in rows.iter().filter(|r| r.context == c) {
-                        last.insert((r.model.as_str(), r.seed), r.metrics.tokens_per_s);
-                    }
-                    let speed = |performer: bool| -> Vec<f64> {
-                        last.iter()
-                            .filter(|((m, _), _)| (*m == "performer") == performer)
-                            .map(|(_, &v)| v)
-                            .collect()
-                    };
-                    let (performer, others) = (speed(true), speed(false));
-                    if performer.is_empty() || others.is_empty() {
-                        return None;
-                    }
-                    let p = Spread::of(&performer);
-                    let slowest_other = others.iter().copied().fold(f64::INFINITY, f64::min);
-                    let ratio = Spread {
-                        mean: slowest_other / p.mean,
-                        min: slowest_other / p.max,
-                        max: slowest_other / p.min,
-                    };
-                    (
-                        ratio,
-                        format!(
-                            "slowest other run / Performer, in the runs' training tokens/s: {}×",
-                            ratio.show(2)
-                        ),
-                    )
-                }
+                Some(times) => timed_ratio(times, c)?,
+                None => throughput_ratio(&rows, c)?,
             };
             Some(Claim {
                 id: "F3",
@@ -278,6 +199,95 @@ pub(super) fn performer_claims(results: &Path) -> Vec<Claim> {
             })
         })
         .collect()
+}
+
+/// F3 at context `c` from the calibration's step times: a Performer's step time over the slowest
+/// other model's per round (the token-level Performer's when timed, else the blockwise one), and
+/// the text of the row.
+fn timed_ratio(times: &[StepTime], c: usize) -> Option<(Spread, String)> {
+    Some({
+        let cost = StepCost::Timed(times);
+        let mut models: Vec<&str> = times
+            .iter()
+            .filter(|t| t.context == c)
+            .map(|t| t.model.as_str())
+            .collect();
+        models.sort_unstable();
+        models.dedup();
+        let performers = ["performer", TOKEN_LEVEL_PERFORMER];
+        let others: Vec<Vec<f64>> = models
+            .iter()
+            .filter(|m| !performers.contains(m))
+            .map(|m| cost.seconds(m, c))
+            .collect();
+        // Per round, a Performer's step time / the slowest other model's.
+        let ratio = |name: &str| -> Option<(Spread, usize)> {
+            let own = cost.seconds(name, c);
+            if own.is_empty() || others.is_empty() || others.iter().any(|o| o.len() != own.len()) {
+                return None;
+            }
+            let per_round: Vec<f64> = (0..own.len())
+                .map(|r| own[r] / others.iter().map(|o| o[r]).fold(0.0, f64::max))
+                .collect();
+            Some((Spread::quartiles(&per_round), per_round.len()))
+        };
+        let (blockwise, rounds) = ratio("performer")?;
+        match ratio(TOKEN_LEVEL_PERFORMER) {
+            Some((token, _)) => (
+                token,
+                format!(
+                    "step time / the slowest other model's, median and interquartile range over {rounds} rounds timed together: the paper's Performer (token-level prefix sums) {}×, ours as trained (blockwise, blocks of {}) {}×; the verdict reads the token-level one",
+                    token.show(2),
+                    model::transformer::FAVOR_CAUSAL_BLOCK,
+                    blockwise.show(2)
+                ),
+            ),
+            None => (
+                blockwise,
+                format!(
+                    "Performer's step time / the slowest other model's, median and interquartile range over {rounds} rounds timed together: {}× (blockwise prefix sums, blocks of {}, not the paper's token-level cumulative sum, which this calibration did not time)",
+                    blockwise.show(2),
+                    model::transformer::FAVOR_CAUSAL_BLOCK
+                ),
+            ),
+        }
+    })
+}
+
+/// F3 at context `c` without a calibration: the slowest other run's training tokens/s over the
+/// Performer's, and the text of the row.
+fn throughput_ratio(rows: &[SweepRow], c: usize) -> Option<(Spread, String)> {
+    Some({
+        // Each run's average tokens/s: its last row's.
+        let mut last = std::collections::BTreeMap::new();
+        for r in rows.iter().filter(|r| r.context == c) {
+            last.insert((r.model.as_str(), r.seed), r.metrics.tokens_per_s);
+        }
+        let speed = |performer: bool| -> Vec<f64> {
+            last.iter()
+                .filter(|((m, _), _)| (*m == "performer") == performer)
+                .map(|(_, &v)| v)
+                .collect()
+        };
+        let (performer, others) = (speed(true), speed(false));
+        if performer.is_empty() || others.is_empty() {
+            return None;
+        }
+        let p = Spread::of(&performer);
+        let slowest_other = others.iter().copied().fold(f64::INFINITY, f64::min);
+        let ratio = Spread {
+            mean: slowest_other / p.mean,
+            min: slowest_other / p.max,
+            max: slowest_other / p.min,
+        };
+        (
+            ratio,
+            format!(
+                "slowest other run / Performer, in the runs' training tokens/s: {}×",
+                ratio.show(2)
+            ),
+        )
+    })
 }
 
 /// The name of fig6's timed-only Performer with token-level prefix sums (its `timed_variants`).
