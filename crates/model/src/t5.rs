@@ -511,6 +511,10 @@ fn fused_attention(
     (k, v, used): (&Tensor<4>, &Tensor<4>, Option<usize>),
     bias: &AttentionBias,
 ) -> Option<Tensor<4>> {
+    // Off `flex` the reshapes below would copy strided heads for nothing.
+    if !fused::available(&q.device()) {
+        return None;
+    }
     let [b, h, t, dk] = q.dims();
     let [_, g, l, dv] = v.dims();
     let r = h / g;
@@ -527,12 +531,10 @@ fn fused_attention(
     // Rows per query element: its positions, or (one position) the group's query heads, whose
     // position tables [H, 1, S] are then [G, H/G, S].
     let (q3, table) = if t == 1 && !causal {
-        let s = bias.position.as_ref().map(|p| p.dims()[2]);
-        let table = bias
-            .position
-            .clone()
-            .zip(s)
-            .map(|(p, s)| p.reshape([g, r, s]));
+        let table = bias.position.as_ref().map(|p| {
+            let s = p.dims()[2];
+            p.clone().reshape([g, r, s])
+        });
         (q.clone().reshape([b * g, r, dk]), table)
     } else {
         (q.clone().reshape([b * h, t, dk]), bias.position.clone())
@@ -737,10 +739,7 @@ impl T5Layer {
                 capacity,
             } => {
                 let (k_new, v_new) = self.self_attention.project_kv(h.clone());
-                let (k, v) = match kv.take() {
-                    Some((k, v)) => (Some(k), Some(v)),
-                    None => (None, None),
-                };
+                let (k, v) = kv.take().unzip();
                 let k = write_position(k, k_new, position, capacity);
                 let v = write_position(v, v_new, position, capacity);
                 let used = position + 1;

@@ -1054,17 +1054,9 @@ fn grouped(
     if route == Route::Reference {
         return None;
     }
-    let key_mask = match bias.key_mask {
-        Some(m) => {
-            let rows = m.dims()[0];
-            let m = m.clone().try_into_primitive::<Flex>().ok().or_else(|| {
-                let inner = m.clone().try_into_primitive::<Ad>().ok()?;
-                Some(inner.primitive().clone())
-            })?;
-            Some((slice(&contiguous(&m)).to_vec(), rows))
-        }
-        None => None,
-    };
+    let key_mask = bias
+        .key_mask
+        .map(|m| (host_vec(&m.clone().flatten::<1>(0, 1)), m.dims()[0]));
     match route {
         Route::Reference => None,
         Route::Plain => {

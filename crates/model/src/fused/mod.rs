@@ -102,14 +102,19 @@ thread_local! {
 /// `REPRO_KERNELS=reference` does for the whole process: for tests that compare a whole model's
 /// outputs and gradients on both paths.
 pub fn with_reference<R>(f: impl FnOnce() -> R) -> R {
-    let before = REFERENCE_HERE.with(|r| r.replace(true));
-    let out = f();
-    REFERENCE_HERE.with(|r| r.set(before));
-    out
+    // Restored on unwinding too, as `with_kept_scores_limit` does.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            REFERENCE_HERE.set(self.0);
+        }
+    }
+    let _restore = Restore(REFERENCE_HERE.replace(true));
+    f()
 }
 
 fn route(device: &Device) -> Route {
-    if forced_reference() || REFERENCE_HERE.with(|r| r.get()) {
+    if forced_reference() || REFERENCE_HERE.get() {
         return Route::Reference;
     }
     match device.as_dispatch() {
