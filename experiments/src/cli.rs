@@ -128,55 +128,28 @@ fn parse_set(kv: &str) -> Result<(String, String)> {
     Ok((k.trim().to_string(), v.trim().to_string()))
 }
 
-/// One line on what experiment `id` reproduces (its `--help` and the README's cost table).
-pub fn about(id: &str) -> &'static str {
-    match id {
-        "table11" => "FLASH Table 11 / Fig. 5(a): seconds per training step against context length",
-        "fig5" => "FLASH Fig. 5 / Table 12: masked-LM perplexity against training cost",
-        "fig6" => "FLASH Fig. 6 / Table 13: causal-LM perplexity against training cost",
-        "table3" => "FLASH Table 3: causal LM on long books (PG-19), speedup to Transformer+",
-        "fig7" => "FLASH Fig. 7: FLASH against LocalOnly, GlobalOnly and MC-TFM++",
-        "table5" => "FLASH Table 5: the perplexity lost by chunking",
-        "fig8" => "FLASH Fig. 8: FLASH's chunk size against quality and cost",
-        "fig3" => "FLASH Fig. 3: GAU against the Transformer across model sizes",
-        "f4_length" => {
-            "FLASH's speedup to Transformer++ (F4) at fig6's length and at 8x the tokens"
-        }
-        "table4" => {
-            "FLASH Table 4: pre-trained LMs fine-tuned on question answering (F1 / EM, cost)"
-        }
-        "table1" => "FLASH Table 1: the GAU's ablations (scoring, heads, gate, s, e, bias, RoPE)",
-        "table2" => "FLASH Table 2: Transformer++'s ablations (relu², heads, GLU vs MLP)",
-        "gqa_fig6" => "GQA Fig. 6: decoding time per sample against the number of K/V groups",
-        "gqa_table1" => {
-            "GQA Table 1 / Fig. 3: MHA, MQA and GQA uptrained, fine-tuned, scored and timed"
-        }
-        "gqa_fig4" => "GQA Fig. 4: converting to MQA by mean, first head or random",
-        "gqa_fig5" => "GQA Fig. 5: the uptraining proportion for MQA and GQA",
-        _ => "A paper artifact of this workspace",
-    }
-}
-
-/// The clap command of experiment `id`.
-fn command(id: &'static str) -> clap::Command {
+/// The clap command of experiment `id`, described by `about`.
+fn command(id: &'static str, about: &'static str) -> clap::Command {
     <Args as clap::CommandFactory>::command()
         .name(id)
         .bin_name(id)
-        .about(about(id))
+        .about(about)
         .after_help(format!(
             "Configs: experiments/configs/{id}/{{smoke,cpu,paper}}.toml; `just repro {id} ...` runs this binary."
         ))
 }
 
 impl Cli {
-    /// Parses `args` (without the program name) for experiment `id`; usage errors and `--help`
-    /// come back as clap's error (its message, and `exit()` with status 2, or 0 for help).
+    /// Parses `args` (without the program name) for experiment `id` (`about`: its one line in
+    /// `--help`); usage errors and `--help` come back as clap's error (its message, and `exit()`
+    /// with status 2, or 0 for help).
     pub fn try_parse(
         id: &'static str,
+        about: &'static str,
         args: impl IntoIterator<Item = String>,
     ) -> std::result::Result<Self, clap::Error> {
         let matches =
-            command(id).try_get_matches_from(std::iter::once(id.to_string()).chain(args))?;
+            command(id, about).try_get_matches_from(std::iter::once(id.to_string()).chain(args))?;
         let a = <Args as clap::FromArgMatches>::from_arg_matches(&matches)?;
         // Committed results come from the cpu scale; other scales write under runs/ (not committed).
         let out = a.out.unwrap_or_else(|| match a.profile {
@@ -205,19 +178,12 @@ impl Cli {
     }
 
     /// [`Cli::try_parse`] with the error as text.
-    pub fn parse(id: &'static str, args: impl IntoIterator<Item = String>) -> Result<Self> {
-        Self::try_parse(id, args).map_err(|e| anyhow::anyhow!("{}", e.render()))
-    }
-
-    /// `--report`: re-renders the output directory's charts and tables with `render` and says so
-    /// (nothing is trained or timed).
-    pub fn rerender(&self, render: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-        render(&self.out)?;
-        eprintln!(
-            "re-rendered {} from its CSVs (nothing trained or timed)",
-            self.out.display()
-        );
-        Ok(())
+    pub fn parse(
+        id: &'static str,
+        about: &'static str,
+        args: impl IntoIterator<Item = String>,
+    ) -> Result<Self> {
+        Self::try_parse(id, about, args).map_err(|e| anyhow::anyhow!("{}", e.render()))
     }
 
     /// Loads the experiment config: `--config FILE` or the profile's built-in file, its `extends`
@@ -353,49 +319,6 @@ fn parse_value(raw: &str) -> toml::Value {
         .unwrap_or_else(|| toml::Value::String(raw.to_string()))
 }
 
-/// Runs an experiment's body with the process-wide settings of [`model::runtime::configure`]
-/// (denormals flushed to zero, freed memory kept for reuse), turning errors into one line on
-/// stderr and exit status 1.
-pub fn main_with(id: &'static str, body: impl FnOnce(Cli) -> Result<()>) {
-    main_of(id, WorkerProcesses::Refused, body);
-}
-
-/// Whether an experiment can train in `--jobs` worker processes.
-pub(crate) enum WorkerProcesses {
-    /// The LM sweeps: their runs are independent.
-    Allowed,
-    /// Everything else: `--jobs N > 1` is refused rather than ignored.
-    Refused,
-}
-
-pub(crate) fn main_of(
-    id: &'static str,
-    workers: WorkerProcesses,
-    body: impl FnOnce(Cli) -> Result<()>,
-) {
-    model::runtime::configure();
-    // `--help` prints and exits 0; a usage error prints clap's message and exits 2.
-    let cli = Cli::try_parse(id, std::env::args().skip(1)).unwrap_or_else(|e| e.exit());
-    let refused = matches!(workers, WorkerProcesses::Refused) && cli.jobs > 1;
-    let outcome = if refused {
-        Err(anyhow::anyhow!(
-            "--jobs {}: `{id}` runs in one process; the LM sweeps ({}) train their runs in worker processes",
-            cli.jobs,
-            configs::LM_SWEEPS.join(", ")
-        ))
-    } else {
-        body(cli)
-    };
-    if let Err(e) = outcome {
-        if e.is::<ConfigPrinted>() {
-            return;
-        }
-        let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-        eprintln!("error: {}", chain.join(": "));
-        std::process::exit(1);
-    }
-}
-
 /// What [`Cli::load_config`] returns under `--print-config` once it has printed the config: the
 /// experiment stops there, and its `main` exits with success.
 #[derive(Debug)]
@@ -414,7 +337,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Cli> {
-        Cli::parse("table11", args.iter().map(|s| s.to_string()))
+        Cli::parse("table11", "", args.iter().map(|s| s.to_string()))
     }
 
     #[test]
@@ -457,7 +380,8 @@ mod tests {
         assert!(e(&["--devices", "two"]).contains("positive count"));
         // --help is not a failure: clap's kind says so (main exits 0 with it), and it describes
         // every option.
-        let help = Cli::try_parse("fig6", ["--help".to_string()]).unwrap_err();
+        let about = crate::registry::about("fig6");
+        let help = Cli::try_parse("fig6", about, ["--help".to_string()]).unwrap_err();
         assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
         let text = help.render().to_string();
         for option in [

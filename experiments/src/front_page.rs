@@ -12,6 +12,7 @@ use anyhow::Result;
 use report::board::{Board, BoardRow, Outcome};
 
 use crate::claim::Claim;
+use crate::registry::{EXPERIMENTS, Entry, Family};
 use crate::verdict::Verdict;
 
 /// A claim's statement and the setting it is decided in: the row's last parenthesis, matched
@@ -122,28 +123,45 @@ fn runs_clock(csv: &Path) -> Option<(usize, f64)> {
     Some((last.len(), last.values().sum()))
 }
 
+/// A GQA pipeline's stage directory relative to `results/` (its saved config's `stages`, named
+/// from the repository root; empty means `<out>/stages`).
+fn stages_dir(dir: &Path) -> String {
+    let configured = std::fs::read(dir.join("config.json"))
+        .ok()
+        .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["stages"].as_str().map(str::to_string))
+        .filter(|s| !s.is_empty());
+    match configured {
+        Some(s) => s.trim_start_matches("results/").to_string(),
+        None => {
+            let id = dir.file_name().unwrap_or_default().to_string_lossy();
+            format!("{id}/stages")
+        }
+    }
+}
+
 /// The cost table: per experiment, what its committed cpu-scale result trained and on what.
 pub(crate) fn cost_table(results: &Path) -> String {
     let mut md = String::from(
         "| experiment | what | cpu-scale result: runs, device-hours by their own clocks | device |\n|---|---|---|---|\n",
     );
-    for id in crate::configs::IDS {
+    for &Entry { id, family, about } in EXPERIMENTS {
         let dir = results.join(id);
-        let cost = match *id {
-            "table11" | "gqa_fig6" => "timing only (no training)".to_string(),
-            "gqa_table1" | "gqa_fig4" | "gqa_fig5" => {
-                let stages = std::fs::read_dir(results.join("gqa_cpu_stages_kv32"))
+        let cost = match family {
+            Family::Latency | Family::GqaDecode => "timing only (no training)".to_string(),
+            Family::GqaPipeline => {
+                let stages = stages_dir(&dir);
+                let (count, hours) = std::fs::read_dir(results.join(&stages))
                     .into_iter()
                     .flatten()
                     .flatten()
                     .filter_map(|e| runs_clock(&e.path().join("metrics.csv")))
                     .fold((0, 0.0), |(n, h), (_, s)| (n + 1, h + s));
                 format!(
-                    "the stages the three GQA pipelines share (`results/gqa_cpu_stages_kv32`): {} stages, {:.1} h",
-                    stages.0, stages.1
+                    "the stages the three GQA pipelines share (`results/{stages}`): {count} stages, {hours:.1} h"
                 )
             }
-            _ => {
+            Family::LmSweep | Family::QaFinetune => {
                 let mut total = runs_clock(&dir.join("metrics.csv"));
                 if let (Some(t), Some(p)) =
                     (&mut total, runs_clock(&dir.join("pretrain/metrics.csv")))
@@ -163,7 +181,7 @@ pub(crate) fn cost_table(results: &Path) -> String {
         };
         md += &format!(
             "| {link} | {} | {cost} | {} |\n",
-            crate::about(id),
+            about,
             crate::scale::device(&dir).unwrap_or_else(|| "—".into())
         );
     }

@@ -1,6 +1,7 @@
 //! Shared code of the experiment binaries: command line, layered configs (a TOML file per scale,
 //! `--config FILE` to replace it, `--set key=value` to override fields), output directories and
-//! provenance. Each binary is a thin `main` over one module here.
+//! provenance. Each binary is a thin `main` over [`registry::main`]: every experiment implements
+//! [`experiment::Experiment`], and [`registry`] names each one's family.
 
 /// The experiment binaries allocate through mimalloc ([`model::runtime::Allocator`]); a library
 /// crate sets no global allocator, so this is the binaries' crate's default feature.
@@ -13,11 +14,13 @@ pub mod claims;
 mod cli;
 pub mod configs;
 pub mod dry_run;
+pub mod experiment;
 mod front_page;
 pub mod gqa;
 pub mod latency;
 pub mod lm_sweep;
 pub mod qa_finetune;
+pub mod registry;
 pub mod run_store;
 pub mod scale;
 pub mod verdict;
@@ -25,9 +28,8 @@ pub mod verdict;
 use anyhow::Result;
 use serde::Serialize;
 
-pub use cli::{Cli, ConfigPrinted, Machine, about, main_with, read_machine};
+pub use cli::{Cli, ConfigPrinted, Machine, read_machine};
 pub use configs::Profile;
-pub use lm_sweep::main as lm_sweep_main;
 
 /// The median of `xs` (sorted in place); the mean of the middle two for an even count.
 pub fn median(xs: &mut [f64]) -> f64 {

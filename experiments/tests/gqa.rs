@@ -1,7 +1,8 @@
 //! Smoke runs of the GQA experiments through the same code path as their binaries.
 
 use experiments::Cli;
-use experiments::gqa::decode as gqa_decode;
+use experiments::gqa::decode_render as gqa_decode;
+use experiments::registry;
 
 /// Held by every test that trains: the backend's random generator (weights, dropout) is one for
 /// the process, so two trainings at once would draw from each other's sequence and neither
@@ -21,13 +22,13 @@ fn cli(id: &'static str, out: &std::path::Path, extra: &[&str]) -> Cli {
         out.display().to_string(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    Cli::parse(id, args).unwrap()
+    Cli::parse(id, "", args).unwrap()
 }
 
 #[test]
 fn gqa_fig6_smoke_times_every_group_count_and_writes_its_files() {
     let out = std::env::temp_dir().join(format!("gqa-fig6-smoke-{}", std::process::id()));
-    gqa_decode::run(cli("gqa_fig6", &out, &[])).unwrap();
+    registry::run(&cli("gqa_fig6", &out, &[])).unwrap();
     let rows: Vec<gqa_decode::DecodeRow> = csv::Reader::from_path(out.join("decode_time.csv"))
         .unwrap()
         .deserialize()
@@ -77,11 +78,11 @@ fn gqa_fig6_smoke_times_every_group_count_and_writes_its_files() {
         assert!(out.join(file).is_file(), "{file} missing");
     }
     std::fs::remove_file(out.join("table.md")).unwrap();
-    gqa_decode::run(cli("gqa_fig6", &out, &["--report"])).unwrap();
+    registry::run(&cli("gqa_fig6", &out, &["--report"])).unwrap();
     assert!(out.join("table.md").is_file());
-    let err = gqa_decode::run(cli("gqa_fig6", &out, &["--set", "groups=[3]"])).unwrap_err();
+    let err = registry::run(&cli("gqa_fig6", &out, &["--set", "groups=[3]"])).unwrap_err();
     assert!(err.to_string().contains("must divide"), "{err}");
-    let err = gqa_decode::run(cli("gqa_fig6", &out, &["--set", "encoder_batch=3"])).unwrap_err();
+    let err = registry::run(&cli("gqa_fig6", &out, &["--set", "encoder_batch=3"])).unwrap_err();
     assert!(
         err.to_string()
             .contains("encoder_batch (3) must divide batch (2)"),
@@ -147,7 +148,7 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
     let run = |extra: &[&str]| {
         let mut args = vec!["--set", data_dir.as_str(), "--set", tasks];
         args.extend_from_slice(extra);
-        gqa::run(cli("gqa_table1", &out, &args), &|_| {
+        registry::run_with(&cli("gqa_table1", &out, &args), &|_| {
             include_str!("../configs/gqa_table1/smoke.toml")
         })
     };
@@ -235,7 +236,7 @@ fn gqa_table1_smoke_runs_every_stage_and_resumes_finished_ones() {
     let run2 = |extra: &[&str]| {
         let mut args = vec!["--set", data_dir.as_str(), "--set", tasks];
         args.extend_from_slice(extra);
-        gqa::run(cli("gqa_table1", &out2, &args), &|_| {
+        registry::run_with(&cli("gqa_table1", &out2, &args), &|_| {
             include_str!("../configs/gqa_table1/smoke.toml")
         })
     };
@@ -351,7 +352,7 @@ fn gqa_pipeline_replicates_every_seed_from_one_pretrained_model() {
             "--set",
             seeds,
         ];
-        gqa::run(cli("gqa_table1", &out.join(dir), &args), &|_| {
+        registry::run_with(&cli("gqa_table1", &out.join(dir), &args), &|_| {
             include_str!("../configs/gqa_table1/smoke.toml")
         })
         .unwrap();
@@ -435,7 +436,8 @@ fn assert_pipeline_refuses(
     config: &'static str,
     expect: &str,
 ) {
-    let err = experiments::gqa::run(cli("gqa_table1", out, args), &|_| config).unwrap_err();
+    let err =
+        experiments::registry::run_with(&cli("gqa_table1", out, args), &|_| config).unwrap_err();
     assert!(format!("{err:#}").contains(expect), "{args:?}: {err:#}");
     assert!(!out.join("scores.csv").exists(), "nothing written");
 }

@@ -1,7 +1,7 @@
 //! Smoke run of every experiment through the same code path as the binaries: each writes its CSV,
 //! charts and provenance.
 
-use experiments::{Cli, latency};
+use experiments::{Cli, registry};
 
 mod common;
 use common::{store_runs, tiny_corpus};
@@ -17,13 +17,13 @@ fn cli(id: &'static str, out: &std::path::Path, extra: &[&str]) -> Cli {
         out.join("store").display().to_string(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    Cli::parse(id, args).unwrap()
+    Cli::parse(id, "", args).unwrap()
 }
 
 #[test]
 fn table11_smoke_writes_every_row_and_file() {
     let out = std::env::temp_dir().join(format!("table11-smoke-{}", std::process::id()));
-    latency::run(cli("table11", &out, &[])).unwrap();
+    registry::run(&cli("table11", &out, &[])).unwrap();
     let csv = std::fs::read_to_string(out.join("latency.csv")).unwrap();
     let rows: Vec<&str> = csv.lines().skip(1).collect();
     assert_eq!(rows.len(), 10 * 2, "one row per architecture and context");
@@ -42,22 +42,21 @@ fn table11_smoke_writes_every_row_and_file() {
     }
     // --report re-renders from the CSV alone.
     std::fs::remove_file(out.join("latency.png")).unwrap();
-    latency::run(cli("table11", &out, &["--report"])).unwrap();
+    registry::run(&cli("table11", &out, &["--report"])).unwrap();
     assert!(out.join("latency.png").is_file());
 }
 
 #[test]
 fn table11_rejects_unknown_models_and_missing_results() {
     let out = std::env::temp_dir().join(format!("table11-bad-{}", std::process::id()));
-    let err = latency::run(cli("table11", &out, &["--set", "models=[\"gpt5\"]"])).unwrap_err();
+    let err = registry::run(&cli("table11", &out, &["--set", "models=[\"gpt5\"]"])).unwrap_err();
     assert!(err.to_string().contains("unknown model `gpt5`"), "{err}");
-    let err = latency::run(cli("table11", &out.join("none"), &["--report"])).unwrap_err();
+    let err = registry::run(&cli("table11", &out.join("none"), &["--report"])).unwrap_err();
     assert!(format!("{err:#}").contains("run table11 first"), "{err:#}");
 }
 
 #[test]
 fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
-    use experiments::lm_sweep;
     let out = std::env::temp_dir().join(format!("fig6-smoke-{}", std::process::id()));
     let corpus = out.join("corpus");
     tiny_corpus(&corpus);
@@ -65,7 +64,7 @@ fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
     let run = |extra: &[&str]| {
         let mut args = vec!["--set", data_dir.as_str()];
         args.extend_from_slice(extra);
-        lm_sweep::run(cli("fig6", &out, &args), &|_| {
+        registry::run_with(&cli("fig6", &out, &args), &|_| {
             include_str!("../configs/fig6/smoke.toml")
         })
     };
@@ -136,7 +135,7 @@ fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
     let readme =
         "# fig6\n<!-- generated: table.md -->\nstale\n<!-- end generated: table.md -->\nend\n";
     std::fs::write(out.join("README.md"), readme).unwrap();
-    lm_sweep::run(cli("fig6", &out, &["--report"]), &|_| "").unwrap();
+    registry::run_with(&cli("fig6", &out, &["--report"]), &|_| "").unwrap();
     assert_eq!(
         std::fs::read_to_string(out.join("table.md")).unwrap(),
         table
@@ -155,7 +154,6 @@ fn fig6_smoke_writes_every_file_and_reruns_from_checkpoints() {
 /// trained into the same store (same data, models, contexts and schedule), training none again.
 #[test]
 fn seeds_and_runs_shared_between_artifacts() {
-    use experiments::lm_sweep;
     let out = std::env::temp_dir().join(format!("seeds-smoke-{}", std::process::id()));
     let corpus = out.join("corpus");
     tiny_corpus(&corpus);
@@ -166,7 +164,7 @@ fn seeds_and_runs_shared_between_artifacts() {
         let store = store.display().to_string();
         args.push(&store);
         args.extend_from_slice(extra);
-        lm_sweep::run(cli(id, &out.join(dir), &args), &|_| config)
+        registry::run_with(&cli(id, &out.join(dir), &args), &|_| config)
     };
     let fig6 = include_str!("../configs/fig6/smoke.toml");
     let seeds = [
@@ -198,7 +196,6 @@ fn seeds_and_runs_shared_between_artifacts() {
 /// (training none) and adds the chunking-loss table with a verdict per context.
 #[test]
 fn fig7_and_table5_share_runs_and_table5_writes_the_chunking_loss() {
-    use experiments::lm_sweep;
     let out = std::env::temp_dir().join(format!("fig7-smoke-{}", std::process::id()));
     let corpus = out.join("corpus");
     tiny_corpus(&corpus);
@@ -207,7 +204,7 @@ fn fig7_and_table5_share_runs_and_table5_writes_the_chunking_loss() {
     let run = |id: &'static str, config: &'static str| {
         let store = store.display().to_string();
         let args = ["--set", data_dir.as_str(), "--store", store.as_str()];
-        lm_sweep::run(cli(id, &out.join(id), &args), &|_| config)
+        registry::run_with(&cli(id, &out.join(id), &args), &|_| config)
     };
     run("fig7", include_str!("../configs/fig7/smoke.toml")).unwrap();
     // 7 models × 2 contexts.
@@ -229,8 +226,8 @@ fn fig7_and_table5_share_runs_and_table5_writes_the_chunking_loss() {
         );
     }
     // A chunking-loss table without one of its four models is refused up front.
-    let err = lm_sweep::run(
-        cli(
+    let err = registry::run_with(
+        &cli(
             "table5",
             &out.join("bad"),
             &[
@@ -255,14 +252,13 @@ fn fig7_and_table5_share_runs_and_table5_writes_the_chunking_loss() {
 /// shortest context to the longest.
 #[test]
 fn fig8_smoke_and_its_claim() {
-    use experiments::lm_sweep;
     let root = std::env::temp_dir().join(format!("fig8-smoke-{}", std::process::id()));
     let corpus = root.join("corpus");
     tiny_corpus(&corpus);
     let data_dir = format!("data_dir=\"{}\"", corpus.display());
     let results = root.join("results");
-    lm_sweep::run(
-        cli("fig8", &results.join("fig8"), &["--set", data_dir.as_str()]),
+    registry::run_with(
+        &cli("fig8", &results.join("fig8"), &["--set", data_dir.as_str()]),
         &|_| include_str!("../configs/fig8/smoke.toml"),
     )
     .unwrap();
@@ -290,7 +286,6 @@ fn fig8_smoke_and_its_claim() {
 /// evaluation, the baseline's speedup to itself 1.00×, and a masked-LM perplexity that is finite.
 #[test]
 fn fig5_and_table3_smoke_write_every_file() {
-    use experiments::lm_sweep;
     for (id, config, baseline, models) in [
         (
             "fig5",
@@ -309,7 +304,7 @@ fn fig5_and_table3_smoke_write_every_file() {
         let corpus = out.join("corpus");
         tiny_corpus(&corpus);
         let data_dir = format!("data_dir=\"{}\"", corpus.display());
-        lm_sweep::run(cli(id, &out, &["--set", data_dir.as_str()]), &|_| config).unwrap();
+        registry::run_with(&cli(id, &out, &["--set", data_dir.as_str()]), &|_| config).unwrap();
         let csv = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
         assert_eq!(csv.lines().count(), 1 + models * 2 * 2, "{id}: {csv}");
         for file in ["table.md", "ppl_16.png", "ppl_32.svg", "config.json"] {
@@ -337,7 +332,6 @@ fn fig5_and_table3_smoke_write_every_file() {
 /// reported beside the others; a misspelt field is refused with its name.
 #[test]
 fn a_variant_from_set_is_trained_beside_the_models() {
-    use experiments::lm_sweep;
     let out = std::env::temp_dir().join(format!("variant-smoke-{}", std::process::id()));
     let corpus = out.join("corpus");
     tiny_corpus(&corpus);
@@ -345,7 +339,7 @@ fn a_variant_from_set_is_trained_beside_the_models() {
     let config = include_str!("../configs/table3/smoke.toml");
     let variant = r#"variants=[{name="flash_c4", model="flash", set={chunk_size=4}}]"#;
     let args = ["--set", data_dir.as_str(), "--set", variant];
-    lm_sweep::run(cli("table3", &out, &args), &|_| config).unwrap();
+    registry::run_with(&cli("table3", &out, &args), &|_| config).unwrap();
     let csv = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
     assert_eq!(
         csv.lines().filter(|l| l.starts_with("flash_c4,")).count(),
@@ -371,8 +365,8 @@ fn a_variant_from_set_is_trained_beside_the_models() {
     );
 
     let bad = r#"variants=[{name="x", model="flash", set={chunk=4}}]"#;
-    let err = lm_sweep::run(
-        cli(
+    let err = registry::run_with(
+        &cli(
             "table3",
             &out.join("bad"),
             &["--set", data_dir.as_str(), "--set", bad],
@@ -392,7 +386,6 @@ fn a_variant_from_set_is_trained_beside_the_models() {
 /// other (3 GAU heads do not split e = 64) is refused before anything is written.
 #[test]
 fn table1_and_table2_smoke_and_their_claims() {
-    use experiments::lm_sweep;
     let root = std::env::temp_dir().join(format!("ablation-smoke-{}", std::process::id()));
     let corpus = root.join("corpus");
     tiny_corpus(&corpus);
@@ -402,8 +395,8 @@ fn table1_and_table2_smoke_and_their_claims() {
         ("table1", include_str!("../configs/table1/smoke.toml"), 11),
         ("table2", include_str!("../configs/table2/smoke.toml"), 5),
     ] {
-        lm_sweep::run(
-            cli(id, &results.join(id), &["--set", data_dir.as_str()]),
+        registry::run_with(
+            &cli(id, &results.join(id), &["--set", data_dir.as_str()]),
             &|_| config,
         )
         .unwrap();
@@ -435,8 +428,8 @@ fn table1_and_table2_smoke_and_their_claims() {
 
     let out = root.join("bad");
     let bad = r#"variants=[{name="gau_3_heads", model="flash_quad", set={gau_heads=3}}]"#;
-    let err = lm_sweep::run(
-        cli("table1", &out, &["--set", data_dir.as_str(), "--set", bad]),
+    let err = registry::run_with(
+        &cli("table1", &out, &["--set", data_dir.as_str(), "--set", bad]),
         &|_| include_str!("../configs/table1/smoke.toml"),
     )
     .unwrap_err();
@@ -454,14 +447,13 @@ fn table1_and_table2_smoke_and_their_claims() {
 /// computes F7 over every size.
 #[test]
 fn fig3_smoke_and_its_claim() {
-    use experiments::lm_sweep;
     let root = std::env::temp_dir().join(format!("fig3-smoke-{}", std::process::id()));
     let corpus = root.join("corpus");
     tiny_corpus(&corpus);
     let data_dir = format!("data_dir=\"{}\"", corpus.display());
     let results = root.join("results");
-    lm_sweep::run(
-        cli("fig3", &results.join("fig3"), &["--set", data_dir.as_str()]),
+    registry::run_with(
+        &cli("fig3", &results.join("fig3"), &["--set", data_dir.as_str()]),
         &|_| include_str!("../configs/fig3/smoke.toml"),
     )
     .unwrap();
@@ -533,7 +525,7 @@ fn table4_smoke_and_its_claim() {
     let run = || {
         let mut cli = cli("table4", &out, &["--set", &qa_dir, "--set", &lm_dir]);
         cli.store = root.join("store");
-        experiments::qa_finetune::run(cli, &|_| include_str!("../configs/table4/smoke.toml"))
+        experiments::registry::run_with(&cli, &|_| include_str!("../configs/table4/smoke.toml"))
     };
     run().unwrap();
     let scores = std::fs::read_to_string(out.join("scores.csv")).unwrap();
@@ -583,7 +575,6 @@ fn table4_smoke_and_its_claim() {
 /// `trend.csv` has one row per length, shortest first, and the chart is drawn.
 #[test]
 fn f4_length_smoke_writes_the_trend_beside_fig6() {
-    use experiments::lm_sweep;
     let root = std::env::temp_dir().join(format!("f4-length-smoke-{}", std::process::id()));
     let corpus = root.join("corpus");
     tiny_corpus(&corpus);
@@ -605,8 +596,8 @@ fn f4_length_smoke_writes_the_trend_beside_fig6() {
             r#"claimed_faster=["flash"]"#,
         ],
     );
-    lm_sweep::run(fig6, &|_| include_str!("../configs/fig6/smoke.toml")).unwrap();
-    lm_sweep::run(with_store("f4_length", &[]), &|p| {
+    registry::run_with(&fig6, &|_| include_str!("../configs/fig6/smoke.toml")).unwrap();
+    registry::run_with(&with_store("f4_length", &[]), &|p| {
         experiments::configs::builtin("f4_length", p).unwrap()
     })
     .unwrap();

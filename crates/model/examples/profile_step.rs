@@ -74,7 +74,7 @@ fn main() {
         .get(2)
         .map_or(Ok(3), |s| s.parse())
         .unwrap_or_else(|_| exit("REPS: not a number"));
-    // As the experiment binaries run (experiments::main_with).
+    // As the experiment binaries run (experiments::experiment::main).
     model::runtime::configure();
     println!(
         "fused kernels: {}; SIMD level: {}; {reps} steps each after one warm-up\n",

@@ -201,18 +201,6 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
-    /// The ablation fields added after the run store's first runs: a run's identity omits them at
-    /// their defaults, so that runs trained before they existed keep their names (see
-    /// `experiments/src/run_store.rs`).
-    pub const ABLATION_FIELDS: [&'static str; 6] = [
-        "gau_scoring",
-        "gau_heads",
-        "gau_gated",
-        "gau_relative_bias",
-        "gau_rope",
-        "performer_prefix",
-    ];
-
     /// The configuration of one GAU layer of this model for `span` and `direction`.
     fn gau(&self, span: GauSpan, direction: Direction) -> GauConfig {
         GauConfig::new(self.d_model, span, direction)

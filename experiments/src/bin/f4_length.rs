@@ -5,5 +5,5 @@
 //! configs in `experiments/configs/f4_length/`.
 
 fn main() {
-    experiments::lm_sweep_main("f4_length");
+    experiments::registry::main("f4_length");
 }

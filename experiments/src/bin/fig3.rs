@@ -6,5 +6,5 @@
 //! `just repro fig3 [--profile smoke|cpu|paper]`; configs in `experiments/configs/fig3/`.
 
 fn main() {
-    experiments::lm_sweep_main("fig3");
+    experiments::registry::main("fig3");
 }

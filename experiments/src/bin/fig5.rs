@@ -5,5 +5,5 @@
 //! `just repro fig5 [--profile smoke|cpu|paper]`; configs in `experiments/configs/fig5/`.
 
 fn main() {
-    experiments::lm_sweep_main("fig5");
+    experiments::registry::main("fig5");
 }

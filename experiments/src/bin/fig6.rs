@@ -4,5 +4,5 @@
 //! `just repro fig6 [--profile smoke|cpu|paper]`; configs in `experiments/configs/fig6/`.
 
 fn main() {
-    experiments::lm_sweep_main("fig6");
+    experiments::registry::main("fig6");
 }

@@ -6,5 +6,5 @@
 //! `just repro fig7 [--profile smoke|cpu|paper]`; configs in `experiments/configs/fig7/`.
 
 fn main() {
-    experiments::lm_sweep_main("fig7");
+    experiments::registry::main("fig7");
 }

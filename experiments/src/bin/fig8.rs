@@ -4,5 +4,5 @@
 //! `just repro fig8 [--profile smoke|cpu|paper]`; configs in `experiments/configs/fig8/`.
 
 fn main() {
-    experiments::lm_sweep_main("fig8");
+    experiments::registry::main("fig8");
 }

@@ -3,5 +3,5 @@
 //! configs in `experiments/configs/gqa_fig6/`.
 
 fn main() {
-    experiments::main_with("gqa_fig6", experiments::gqa::decode::run);
+    experiments::registry::main("gqa_fig6");
 }

@@ -3,16 +3,6 @@
 //! per sample. `just repro gqa_table1 [--profile smoke|cpu|paper]`; configs in
 //! `experiments/configs/gqa_table1/`.
 
-use experiments::Profile;
-
-fn builtin(profile: Profile) -> &'static str {
-    match profile {
-        Profile::Smoke => include_str!("../../configs/gqa_table1/smoke.toml"),
-        Profile::Cpu => include_str!("../../configs/gqa_table1/cpu.toml"),
-        Profile::Paper => include_str!("../../configs/gqa_table1/paper.toml"),
-    }
-}
-
 fn main() {
-    experiments::main_with("gqa_table1", |cli| experiments::gqa::run(cli, &builtin));
+    experiments::registry::main("gqa_table1");
 }

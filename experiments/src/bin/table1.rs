@@ -6,5 +6,5 @@
 //! `just repro table1 [--profile smoke|cpu|paper]`; configs in `experiments/configs/table1/`.
 
 fn main() {
-    experiments::lm_sweep_main("table1");
+    experiments::registry::main("table1");
 }

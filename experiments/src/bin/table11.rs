@@ -2,5 +2,5 @@
 //! `just repro table11 [--profile smoke|cpu|paper]`; configs in `experiments/configs/table11/`.
 
 fn main() {
-    experiments::main_with("table11", experiments::latency::run);
+    experiments::registry::main("table11");
 }

@@ -5,5 +5,5 @@
 //! `just repro table2 [--profile smoke|cpu|paper]`; configs in `experiments/configs/table2/`.
 
 fn main() {
-    experiments::lm_sweep_main("table2");
+    experiments::registry::main("table2");
 }

@@ -4,5 +4,5 @@
 //! `just repro table3 [--profile smoke|cpu|paper]`; configs in `experiments/configs/table3/`.
 
 fn main() {
-    experiments::lm_sweep_main("table3");
+    experiments::registry::main("table3");
 }

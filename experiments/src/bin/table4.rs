@@ -6,9 +6,5 @@
 //! `just repro table4 [--profile smoke|cpu|paper]`; configs in `experiments/configs/table4/`.
 
 fn main() {
-    experiments::main_with("table4", |cli| {
-        experiments::qa_finetune::run(cli, &|profile| {
-            experiments::configs::builtin("table4", profile).expect("table4 has built-in configs")
-        })
-    });
+    experiments::registry::main("table4");
 }

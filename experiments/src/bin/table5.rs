@@ -5,5 +5,5 @@
 //! `just repro table5 [--profile smoke|cpu|paper]`; configs in `experiments/configs/table5/`.
 
 fn main() {
-    experiments::lm_sweep_main("table5");
+    experiments::registry::main("table5");
 }

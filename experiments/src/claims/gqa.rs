@@ -28,7 +28,7 @@ pub const TPU_BYTES_OVER_OURS: f64 = 0.5;
 /// A decoding step's roofline time (`gqa::decode::roofline_seconds`) at `gflops` and `gbps`, with
 /// its bytes scaled by `byte_scale`.
 fn step_roofline(
-    row: &crate::gqa::decode::DecodeRow,
+    row: &crate::gqa::decode_render::DecodeRow,
     (gflops, gbps, byte_scale): (f64, f64, f64),
 ) -> Option<f64> {
     let bytes = (row.kv_bytes_per_token + row.weight_bytes_per_token) * byte_scale;
@@ -38,7 +38,7 @@ fn step_roofline(
 /// What the roofline predicts for MHA / MQA and MHA / GQA-8 at the measured shapes, on this
 /// machine (its measured product rate and read bandwidth) and on a TPU v4: a prediction beside
 /// the verdict, never part of it. Empty when the rows carry no roofline.
-fn roofline_prediction(rows: &[crate::gqa::decode::DecodeRow], h: usize) -> String {
+fn roofline_prediction(rows: &[crate::gqa::decode_render::DecodeRow], h: usize) -> String {
     let row = |g: usize| rows.iter().find(|r| r.groups == g);
     let (Some(mha), Some(mqa), Some(gqa8)) = (row(h), row(1), row(8)) else {
         return String::new();
@@ -206,7 +206,7 @@ pub(super) fn gqa_quality_claims(results: &Path) -> Vec<Claim> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gqa::decode::DecodeRow;
+    use crate::gqa::decode_render::DecodeRow;
 
     fn row(groups: usize, flops: f64, kv_bytes: f64) -> DecodeRow {
         DecodeRow {

@@ -13,16 +13,12 @@ pub(super) fn source_dir(source: &str) -> &str {
         .unwrap_or(source)
 }
 
-/// The scale cell of a claim decided from `results/<dir>` ([`crate::scale`]).
+/// The scale cell of a claim decided from `results/<dir>` (the experiment's
+/// [`crate::experiment::Experiment::scale`]).
 pub(super) fn scale_of(results: &Path, dir: &str) -> String {
-    let path = results.join(dir);
-    let shown = match dir {
-        "table11" | "gqa_fig6" => crate::scale::device(&path)
-            .map(|d| format!("timing only, {d}"))
-            .ok_or_else(|| anyhow::anyhow!("no env.json")),
-        "gqa_table1" | "gqa_fig4" | "gqa_fig5" => crate::scale::gqa(&path).map(|s| s.show()),
-        "table4" => crate::qa_finetune::scale(&path),
-        _ => crate::scale::lm_sweep(&path).map(|s| s.show()),
+    let shown = match crate::registry::lookup(dir) {
+        Some(e) => crate::registry::scale(e.id, &results.join(dir)),
+        None => Err(anyhow::anyhow!("`{dir}` is not a registered experiment")),
     };
     shown.unwrap_or_else(|e| format!("unknown ({e:#})"))
 }

@@ -18,8 +18,12 @@ use burn::prelude::*;
 use model::t5::{Stop, T5Config, T5Model};
 use serde::{Deserialize, Serialize};
 
-use super::decode_render::render;
-use crate::{Cli, Profile, Progress, median, write_csv};
+use std::path::Path;
+
+use super::decode_render::{DecodeRow, RoundRow, render};
+use crate::dry_run::DryRun;
+use crate::experiment::Experiment;
+use crate::{Cli, Progress, median, write_csv};
 
 /// The sweep, one file per scale under `experiments/configs/gqa_fig6/`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -138,82 +142,6 @@ impl DecodeConfig {
     }
 }
 
-/// One row of `decode_time.csv`: the medians of one group count.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct DecodeRow {
-    /// K/V heads G.
-    pub groups: usize,
-    /// Query heads H.
-    pub n_heads: usize,
-    /// Samples per decode.
-    pub batch: usize,
-    pub input_length: usize,
-    pub output_length: usize,
-    /// Parameters of the model.
-    pub params: usize,
-    /// Decoding cache of the batch at the end, MiB.
-    pub kv_cache_mib: f64,
-    /// Encoder seconds per sample (the same encoder for every G, timed once).
-    pub encoder_s_per_sample: f64,
-    /// Cross-attention K/V projection of the encoder output, seconds per sample.
-    pub cross_kv_s_per_sample: f64,
-    /// Median seconds of one decoding step of the batch (one generated token per sample).
-    pub decoder_s_per_token: f64,
-    /// Encoder + K/V projection + decoding steps, seconds per sample.
-    pub s_per_sample: f64,
-    /// Cached K/V bytes one decoding step reads (mean over the steps).
-    pub kv_bytes_per_token: f64,
-    /// Weight bytes one decoding step reads.
-    pub weight_bytes_per_token: f64,
-    /// (K/V + weight bytes per step) / seconds per step, GB/s.
-    pub effective_gbps: f64,
-    /// This machine's measured memory read bandwidth, GB/s (0: not measured).
-    pub machine_read_gbps: f64,
-    /// Backend and machine.
-    pub device: String,
-    /// Matrix-product FLOPs of one decoding step of the batch (mean over the steps).
-    #[serde(default)]
-    pub flops_per_token: f64,
-    /// This machine's measured matrix-product rate, GFLOP/s (0: not measured).
-    #[serde(default)]
-    pub machine_gflops: f64,
-    /// The step's roofline: max(FLOPs / product rate, bytes read / read bandwidth), seconds (0:
-    /// a ceiling not measured).
-    #[serde(default)]
-    pub roofline_s_per_token: f64,
-    /// Measured seconds per decoding step over the roofline's (0: no roofline).
-    #[serde(default)]
-    pub measured_over_roofline: f64,
-}
-
-/// One row of `rounds.csv`: one timed round of one group count (the interleaved measurements the
-/// medians and the claim's interquartile ranges come from).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RoundRow {
-    /// Timed round, from 0.
-    pub round: usize,
-    /// K/V heads G.
-    pub groups: usize,
-    /// Cross-attention K/V projection of `encoder_batch` samples, seconds.
-    pub cross_kv_s: f64,
-    /// All decoding steps of the batch, seconds.
-    pub decoder_s: f64,
-    /// Seconds per decoding step of the batch.
-    pub decoder_s_per_token: f64,
-}
-
-fn builtin(profile: Profile) -> &'static str {
-    match profile {
-        Profile::Smoke => include_str!("../../configs/gqa_fig6/smoke.toml"),
-        Profile::Cpu => include_str!("../../configs/gqa_fig6/cpu.toml"),
-        Profile::Paper => include_str!("../../configs/gqa_fig6/paper.toml"),
-    }
-}
-
-/// Runs the sweep (or only the report, with `--report`).
-/// `--dry-run`: per group count, the decoded model's size, its weights and the decoding cache
-/// of one batch (what the figure's timing depends on); nothing is trained, so the training
-/// columns are zero, and the decoding itself is the real step.
 fn dry_run(cli: &Cli, config: &DecodeConfig, device: &Device) -> Result<()> {
     let mut plans = Vec::new();
     for &groups in &config.groups {
@@ -244,29 +172,47 @@ fn dry_run(cli: &Cli, config: &DecodeConfig, device: &Device) -> Result<()> {
     Ok(())
 }
 
-pub fn run(cli: Cli) -> Result<()> {
-    if cli.report_only {
-        return cli.rerender(render);
+/// Figure 6 of the GQA paper: decoding time per sample against the number of K/V groups.
+pub struct GqaDecode;
+
+impl Experiment for GqaDecode {
+    type Config = DecodeConfig;
+
+    fn check(&self, cli: &Cli, config: &DecodeConfig) -> Result<()> {
+        if config.groups.is_empty() || config.repeats == 0 || config.batch == 0 {
+            bail!("gqa_fig6 config: groups, repeats and batch must be non-empty / positive");
+        }
+        if config.encoder_batch == 0 || !config.batch.is_multiple_of(config.encoder_batch) {
+            bail!(
+                "gqa_fig6 config: encoder_batch ({}) must divide batch ({}); set encoder_batch to 1 or to batch",
+                config.encoder_batch,
+                config.batch
+            );
+        }
+        for &g in &config.groups {
+            config.model(g).validate().map_err(anyhow::Error::msg)?;
+        }
+        cli.one_device()?;
+        Ok(())
     }
-    let config: DecodeConfig = cli.load_config(&builtin)?;
-    if config.groups.is_empty() || config.repeats == 0 || config.batch == 0 {
-        bail!("gqa_fig6 config: groups, repeats and batch must be non-empty / positive");
+
+    fn plan(&self, cli: &Cli, config: &DecodeConfig, _mode: DryRun) -> Result<()> {
+        dry_run(cli, config, &cli.one_device()?.device()?)
     }
-    if config.encoder_batch == 0 || !config.batch.is_multiple_of(config.encoder_batch) {
-        bail!(
-            "gqa_fig6 config: encoder_batch ({}) must divide batch ({}); set encoder_batch to 1 or to batch",
-            config.encoder_batch,
-            config.batch
-        );
+
+    fn execute(&self, cli: &Cli, config: DecodeConfig) -> Result<()> {
+        run(cli, &config)
     }
-    for &g in &config.groups {
-        config.model(g).validate().map_err(anyhow::Error::msg)?;
+
+    fn render(&self, out: &Path) -> Result<()> {
+        render(out)
     }
+}
+
+/// Times the encoder and every model's decoding step, interleaved, and renders.
+fn run(cli: &Cli, config: &DecodeConfig) -> Result<()> {
     let device = cli.one_device()?.device()?;
-    if cli.dry_run.is_some() {
-        return dry_run(&cli, &config, &device);
-    }
-    let provenance = cli.save_provenance(&config)?;
+    let provenance = cli.save_provenance(config)?;
     eprintln!(
         "gqa_fig6 ({}): {} on {}",
         cli.profile.name(),
@@ -290,9 +236,9 @@ pub fn run(cli: Cli) -> Result<()> {
     } else {
         0.0
     };
-    let models = models(&config, &device);
-    let (encoder, encoded, keep) = time_encoder(&config, &models[0].1, &device);
-    let rounds = time_decoding(&config, &models, &encoded, &keep)?;
+    let models = models(config, &device);
+    let (encoder, encoded, keep) = time_encoder(config, &models[0].1, &device);
+    let rounds = time_decoding(config, &models, &encoded, &keep)?;
     write_csv(&cli.out.join("rounds.csv"), &rounds)?;
     let rows: Vec<DecodeRow> = models
         .iter()
@@ -522,7 +468,7 @@ mod roofline_tests {
     use super::*;
 
     fn config() -> DecodeConfig {
-        let text = crate::configs::builtin("gqa_fig6", Profile::Cpu).unwrap();
+        let text = crate::configs::builtin("gqa_fig6", crate::Profile::Cpu).unwrap();
         toml::from_str(text).unwrap()
     }
 

@@ -7,10 +7,74 @@ use std::path::Path;
 use anyhow::{Result, bail};
 use report::timing::StackedBars;
 use report::{LineChart, Scale, Series};
+use serde::{Deserialize, Serialize};
 use training::write_atomic;
 
-use super::decode::{DecodeRow, RoundRow};
 use crate::read_csv;
+
+/// One row of `decode_time.csv`: the medians of one group count.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DecodeRow {
+    /// K/V heads G.
+    pub groups: usize,
+    /// Query heads H.
+    pub n_heads: usize,
+    /// Samples per decode.
+    pub batch: usize,
+    pub input_length: usize,
+    pub output_length: usize,
+    /// Parameters of the model.
+    pub params: usize,
+    /// Decoding cache of the batch at the end, MiB.
+    pub kv_cache_mib: f64,
+    /// Encoder seconds per sample (the same encoder for every G, timed once).
+    pub encoder_s_per_sample: f64,
+    /// Cross-attention K/V projection of the encoder output, seconds per sample.
+    pub cross_kv_s_per_sample: f64,
+    /// Median seconds of one decoding step of the batch (one generated token per sample).
+    pub decoder_s_per_token: f64,
+    /// Encoder + K/V projection + decoding steps, seconds per sample.
+    pub s_per_sample: f64,
+    /// Cached K/V bytes one decoding step reads (mean over the steps).
+    pub kv_bytes_per_token: f64,
+    /// Weight bytes one decoding step reads.
+    pub weight_bytes_per_token: f64,
+    /// (K/V + weight bytes per step) / seconds per step, GB/s.
+    pub effective_gbps: f64,
+    /// This machine's measured memory read bandwidth, GB/s (0: not measured).
+    pub machine_read_gbps: f64,
+    /// Backend and machine.
+    pub device: String,
+    /// Matrix-product FLOPs of one decoding step of the batch (mean over the steps).
+    #[serde(default)]
+    pub flops_per_token: f64,
+    /// This machine's measured matrix-product rate, GFLOP/s (0: not measured).
+    #[serde(default)]
+    pub machine_gflops: f64,
+    /// The step's roofline: max(FLOPs / product rate, bytes read / read bandwidth), seconds (0:
+    /// a ceiling not measured).
+    #[serde(default)]
+    pub roofline_s_per_token: f64,
+    /// Measured seconds per decoding step over the roofline's (0: no roofline).
+    #[serde(default)]
+    pub measured_over_roofline: f64,
+}
+
+/// One row of `rounds.csv`: one timed round of one group count (the interleaved measurements the
+/// medians and the claim's interquartile ranges come from).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RoundRow {
+    /// Timed round, from 0.
+    pub round: usize,
+    /// K/V heads G.
+    pub groups: usize,
+    /// Cross-attention K/V projection of `encoder_batch` samples, seconds.
+    pub cross_kv_s: f64,
+    /// All decoding steps of the batch, seconds.
+    pub decoder_s: f64,
+    /// Seconds per decoding step of the batch.
+    pub decoder_s_per_token: f64,
+}
 
 /// The GQA paper's Table 1 times (seconds per sample, T5-XXL on TPUv4, its own lengths): the
 /// speed ratios it reports, 6.3× for MQA and 5.4× for GQA-8 over MHA.

@@ -25,12 +25,51 @@ mod dry_run;
 pub mod pipeline;
 pub mod quality;
 mod render;
+mod scale;
 pub mod scores;
 mod stages;
 
 pub use self::config::{PipelineConfig, SizeConfig};
-pub use self::pipeline::run;
+pub use self::decode::GqaDecode;
 pub use self::render::render;
 pub use self::scores::{
     BaselineRow, COPY_INPUT, MOST_FREQUENT, ScoreRow, average_scores, read_scores,
 };
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::Cli;
+use crate::dry_run::DryRun;
+use crate::experiment::Experiment;
+
+/// The GQA paper's uptraining experiments (Table 1 / Figure 3, Figure 4, Figure 5): which models,
+/// conversions, proportions and tasks is the config's.
+pub struct GqaPipeline;
+
+impl Experiment for GqaPipeline {
+    type Config = PipelineConfig;
+
+    fn check(&self, cli: &Cli, config: &PipelineConfig) -> Result<()> {
+        config.validate()?;
+        cli.one_device()?;
+        Ok(())
+    }
+
+    fn plan(&self, cli: &Cli, config: &PipelineConfig, mode: DryRun) -> Result<()> {
+        dry_run::dry_run_pipeline(cli, config, mode)
+    }
+
+    fn execute(&self, cli: &Cli, config: PipelineConfig) -> Result<()> {
+        pipeline::run(cli, &config)
+    }
+
+    fn render(&self, out: &Path) -> Result<()> {
+        render(out)
+    }
+
+    fn scale(&self, dir: &Path) -> Result<String> {
+        Ok(scale::scale(dir)?.show())
+    }
+}

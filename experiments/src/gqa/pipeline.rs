@@ -21,7 +21,6 @@ use training::trainer::{Task, TrainConfig, stop_on_ctrl_c};
 use training::write_atomic;
 
 use super::config::{ModelSpec, PipelineConfig, TaskConfig, pretrain_origin};
-use super::dry_run::dry_run_pipeline;
 use super::render::render;
 use super::scores::{BaselineRow, ScoreRow, score, trivial_baselines, write_scores};
 use super::stages::{
@@ -29,23 +28,16 @@ use super::stages::{
 };
 use crate::Cli;
 
-/// Runs the pipeline (or only the report, with `--report`).
-pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result<()> {
-    if cli.report_only {
-        return cli.rerender(render);
-    }
-    let config: PipelineConfig = cli.load_config(builtin)?;
-    config.validate()?;
-    if let Some(mode) = cli.dry_run {
-        return dry_run_pipeline(&cli, &config, mode);
-    }
+/// Runs the pipeline: every stage the config's models need (resuming or reusing what the stage
+/// directory holds), scored, timed and rendered.
+pub(crate) fn run(cli: &Cli, config: &PipelineConfig) -> Result<()> {
     let options = SourceOptions::from_config(&config.data_dir, &config.data_dirs)?;
     let corpus = registry::lookup(&config.corpus)?;
     let corpus_files = split_files(corpus, Split::Train, &options)?;
     let tokenizer: TokenizerSpec = config.tokenizer.parse()?;
     let tok = tokenize::for_corpus(&tokenizer, corpus, &corpus_files, &options)?;
     let sources = Sources { options, tok };
-    let provenance = cli.save_provenance(&config)?;
+    let provenance = cli.save_provenance(config)?;
     let device = cli.one_device()?.train_device()?;
     let stop = stop_on_ctrl_c();
     let stages = if config.stages.is_empty() {
@@ -64,7 +56,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         (config.seed.wrapping_add(1), config.pretrain_objective),
     )?);
     let mut pipeline = Pipeline {
-        config: &config,
+        config,
         sources,
         stages,
         device: &device,
@@ -77,7 +69,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
 
     crate::write_csv(
         &cli.out.join("baselines.csv"),
-        &task_baselines(&config, &pipeline.sources)?,
+        &task_baselines(config, &pipeline.sources)?,
     )?;
 
     pipeline.announce_reused()?;

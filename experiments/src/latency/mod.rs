@@ -14,7 +14,9 @@ use report::timing::{Timed, TimedSeries, TimingChart};
 use serde::{Deserialize, Serialize};
 use training::write_atomic;
 
-use crate::{Cli, Profile, Progress, median, write_csv};
+use crate::dry_run::DryRun;
+use crate::experiment::Experiment;
+use crate::{Cli, Progress, median, write_csv};
 
 mod anchors;
 
@@ -74,14 +76,6 @@ pub struct LatencyRow {
     pub last_loss: f32,
     /// Backend and machine.
     pub device: String,
-}
-
-fn builtin(profile: Profile) -> &'static str {
-    match profile {
-        Profile::Smoke => include_str!("../../configs/table11/smoke.toml"),
-        Profile::Cpu => include_str!("../../configs/table11/cpu.toml"),
-        Profile::Paper => include_str!("../../configs/table11/paper.toml"),
-    }
 }
 
 /// FLASH is "flat in context" when its step at the longest context is at most this many times its
@@ -243,27 +237,52 @@ fn dry_run(
     Ok(())
 }
 
-pub fn run(cli: Cli) -> Result<()> {
-    let csv_path = cli.out.join("latency.csv");
-    if cli.report_only {
-        return cli.rerender(render);
+/// Table 11 of the FLASH paper: every configured architecture's training step timed per context.
+pub struct LatencySweep;
+
+impl Experiment for LatencySweep {
+    type Config = LatencyConfig;
+
+    fn check(&self, cli: &Cli, config: &LatencyConfig) -> Result<()> {
+        architectures(config)?;
+        if config.timed_steps == 0 || config.contexts.is_empty() || config.tokens_per_batch == 0 {
+            bail!(
+                "table11 config: timed_steps, contexts and tokens_per_batch must be non-empty / positive"
+            );
+        }
+        cli.one_device()?;
+        Ok(())
     }
-    let config: LatencyConfig = cli.load_config(&builtin)?;
-    let archs: Vec<Architecture> = config
+
+    fn plan(&self, cli: &Cli, config: &LatencyConfig, _mode: DryRun) -> Result<()> {
+        let device = cli.one_device()?.train_device()?;
+        dry_run(cli, config, &architectures(config)?, &device)
+    }
+
+    fn execute(&self, cli: &Cli, config: LatencyConfig) -> Result<()> {
+        run(cli, &config)
+    }
+
+    fn render(&self, out: &Path) -> Result<()> {
+        render(out)
+    }
+}
+
+/// The config's models.
+fn architectures(config: &LatencyConfig) -> Result<Vec<Architecture>> {
+    config
         .models
         .iter()
         .map(|m| m.parse().map_err(anyhow::Error::msg))
-        .collect::<Result<_>>()?;
-    if config.timed_steps == 0 || config.contexts.is_empty() || config.tokens_per_batch == 0 {
-        bail!(
-            "table11 config: timed_steps, contexts and tokens_per_batch must be non-empty / positive"
-        );
-    }
+        .collect()
+}
+
+/// Times every model at every context, interleaved, and renders.
+fn run(cli: &Cli, config: &LatencyConfig) -> Result<()> {
+    let csv_path = cli.out.join("latency.csv");
+    let archs = architectures(config)?;
     let device = cli.one_device()?.train_device()?;
-    if cli.dry_run.is_some() {
-        return dry_run(&cli, &config, &archs, &device);
-    }
-    let provenance = cli.save_provenance(&config)?;
+    let provenance = cli.save_provenance(config)?;
     eprintln!(
         "table11 ({}): {} on {}",
         cli.profile.name(),
@@ -276,7 +295,7 @@ pub fn run(cli: Cli) -> Result<()> {
         progress.running(format!("{} models at {context}", archs.len()));
         let mut cells = archs
             .iter()
-            .map(|&arch| Cell::new(&config, arch, context, &device))
+            .map(|&arch| Cell::new(config, arch, context, &device))
             .collect::<Result<Vec<_>>>()?;
         // Round-robin over the models, one step each: the machine's speed drifts by tens of
         // percent over minutes, and interleaving gives every model of a context the same drift,

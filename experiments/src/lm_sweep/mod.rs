@@ -30,6 +30,9 @@ use self::plan::{
 };
 use self::workers::{RunTrainer, diverged_runs, execute, finished_rows, train_as_worker};
 use crate::Cli;
+use crate::dry_run::DryRun;
+use crate::experiment::{Experiment, WorkerProcesses};
+use std::path::Path;
 
 // What the other experiments read of a sweep: its config, its models, its runs and results.
 pub use self::calibrate::{STEP_TIMES, read_step_times};
@@ -37,17 +40,14 @@ pub use self::config::LmSweepConfig;
 pub use self::corpus::sweep_data;
 pub use self::models::{model_from_identity, planned_model, resolved_models};
 pub use self::plan::{StoredRun, stored_runs};
-pub use self::results::{read_rows, saved_config, summaries, write_rows};
+pub use self::results::{read_rows, saved_config, summaries, sweep_scale, write_rows};
 pub use crate::verdict::SweepRow;
 
-/// The `main` of an LM-sweep experiment (`fig5`, `fig6`, `table3`, ...): [`run`] with
-/// the experiment's built-in configs ([`crate::configs::builtin`]).
-pub fn main(id: &'static str) {
-    crate::cli::main_of(id, crate::cli::WorkerProcesses::Allowed, |cli| {
-        run(cli, &|profile| {
-            crate::configs::builtin(id, profile).expect("every LM sweep has built-in configs")
-        })
-    });
+/// An LM sweep: experiment `id`'s models trained per context and seed (its config's `table` says
+/// which paper table it renders).
+pub struct LmSweep {
+    /// The experiment id (`fig5`, `fig6`, `table3`, ...).
+    pub id: &'static str,
 }
 
 /// The output directory of the command that runs the sweep (not of its `--jobs` workers), made
@@ -83,50 +83,75 @@ fn prepare_output(
     Ok(provenance)
 }
 
-pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result<()> {
-    let table = paper_table(cli.id);
-    if cli.report_only {
-        return cli.rerender(|out| render::render(out, &table, None));
+impl Experiment for LmSweep {
+    type Config = LmSweepConfig;
+
+    fn workers(&self) -> WorkerProcesses {
+        WorkerProcesses::Allowed
     }
-    let config: LmSweepConfig = cli.load_config(builtin)?;
-    // Said once, by the command typed (its `--jobs` workers run with the same arguments).
-    if let (None, Some(shadowed)) = (cli.worker, lr_set_shadowed(&cli.sets, &config)) {
-        eprintln!("warning: {shadowed}");
+
+    /// A device count the backend cannot give, or a batch it does not divide at some context, is
+    /// refused before anything is written or a tokenizer trained.
+    fn check(&self, cli: &Cli, config: &LmSweepConfig) -> Result<()> {
+        // Said once, by the command typed (its `--jobs` workers run with the same arguments).
+        if let (None, Some(shadowed)) = (cli.worker, lr_set_shadowed(&cli.sets, config)) {
+            eprintln!("warning: {shadowed}");
+        }
+        let devices = cli.train_devices()?;
+        if cli.jobs > 1 && devices.len() > 1 {
+            bail!(
+                "--jobs {} with --devices {}: give one of them (worker processes each train one run on one device)",
+                cli.jobs,
+                devices.len()
+            );
+        }
+        for &context in &config.contexts {
+            split_batch(config.tokens_per_batch, context, devices.len())?;
+        }
+        sweep_models(config)?;
+        timed_only_models(config)?;
+        Ok(())
     }
-    // Before anything is written or a tokenizer trained: a device count the backend cannot give,
-    // or a batch it does not divide at some context, is refused up front.
+
+    fn plan(&self, cli: &Cli, config: &LmSweepConfig, mode: DryRun) -> Result<()> {
+        let models = sweep_models(config)?;
+        dry_run_sweep(cli, config, &models, &cli.train_devices()?, mode)
+    }
+
+    fn execute(&self, cli: &Cli, config: LmSweepConfig) -> Result<()> {
+        run(cli, &config, &paper_table(self.id))
+    }
+
+    fn render(&self, out: &Path) -> Result<()> {
+        render::render(out, &paper_table(self.id), None)
+    }
+
+    fn scale(&self, dir: &Path) -> Result<String> {
+        Ok(sweep_scale(dir)?.show())
+    }
+}
+
+/// Trains the sweep (resuming what the run store holds), calibrates the step times and renders.
+fn run(cli: &Cli, config: &LmSweepConfig, table: &str) -> Result<()> {
     let devices = cli.train_devices()?;
-    if cli.jobs > 1 && devices.len() > 1 {
-        bail!(
-            "--jobs {} with --devices {}: give one of them (worker processes each train one run on one device)",
-            cli.jobs,
-            devices.len()
-        );
-    }
-    for &context in &config.contexts {
-        split_batch(config.tokens_per_batch, context, devices.len())?;
-    }
-    let models = sweep_models(&config)?;
-    let timed_only = timed_only_models(&config)?;
-    if let Some(mode) = cli.dry_run {
-        return dry_run_sweep(&cli, &config, &models, &devices, mode);
-    }
-    let data = sweep_data(&config)?;
+    let models = sweep_models(config)?;
+    let timed_only = timed_only_models(config)?;
+    let data = sweep_data(config)?;
     // Every run's model configuration resolves and is consistent before anything is written.
     for &context in &config.contexts {
         for m in models.iter().chain(&timed_only) {
-            run_model_config(&config, m, context, data.tok.vocab_size())?;
+            run_model_config(config, m, context, data.tok.vocab_size())?;
         }
     }
     let stop = stop_on_ctrl_c();
-    let select_files = selection_files(&config)?;
+    let select_files = selection_files(config)?;
     let grid = !config.lr_grid.is_empty();
     let first = if grid {
-        grid_keys(&config, &models)
+        grid_keys(config, &models)
     } else {
-        configured_keys(&config, &models, &inherited_choices(&config, &cli.out)?)?
+        configured_keys(config, &models, &inherited_choices(config, &cli.out)?)?
     };
-    let first = plan_runs(&config, &first, &data, devices.len(), &cli.store)?;
+    let first = plan_runs(config, &first, &data, devices.len(), &cli.store)?;
     let (provenance, progress) = match cli.worker {
         // A worker of `--jobs` trains what it can claim; the command that started it writes the
         // output directory. Its runs' provenance names that command (without `--worker K`).
@@ -137,12 +162,12 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
             (provenance, Progress::Lines)
         }
         None => (
-            prepare_output(&cli, &config, &data, &select_files)?,
+            prepare_output(cli, config, &data, &select_files)?,
             Progress::Auto,
         ),
     };
     let trainer = RunTrainer {
-        config: &config,
+        config,
         data: &data,
         select_files: &select_files,
         devices: &devices,
@@ -156,24 +181,24 @@ pub fn run(cli: Cli, builtin: &dyn Fn(crate::Profile) -> &'static str) -> Result
         let plan = match finished_rows(&first, config.steps)? {
             Some(done) if grid => {
                 let diverged = diverged_runs(&first)?;
-                chosen_plan(&config, &models, (&done, &diverged), &data, &cli)?
+                chosen_plan(config, &models, (&done, &diverged), &data, cli)?
             }
             _ => first,
         };
         return train_as_worker(&trainer, &plan, worker);
     }
     let mut rows: Vec<SweepRow> = Vec::new();
-    execute(&cli, &trainer, &first, &mut rows)?;
+    execute(cli, &trainer, &first, &mut rows)?;
     if grid {
         let diverged = diverged_runs(&first)?;
         crate::write_csv(&cli.out.join(lr_choice::DIVERGED), &diverged)?;
-        let second = chosen_plan(&config, &models, (&rows, &diverged), &data, &cli)?;
-        execute(&cli, &trainer, &second, &mut rows)?;
+        let second = chosen_plan(config, &models, (&rows, &diverged), &data, cli)?;
+        execute(cli, &trainer, &second, &mut rows)?;
     }
     let mut timed = models;
     timed.extend(timed_only);
-    calibrate_step_times(&config, &timed, &data, &devices, &cli.out)?;
-    render::render(&cli.out, &table, Some(&config))?;
+    calibrate_step_times(config, &timed, &data, &devices, &cli.out)?;
+    render::render(&cli.out, table, Some(config))?;
     eprintln!("wrote {} ({})", cli.out.display(), provenance.device);
     Ok(())
 }

@@ -45,14 +45,27 @@ pub fn model_from_identity(model: &serde_json::Value) -> Result<ModelConfig> {
     Ok(serde_json::from_value(json)?)
 }
 
-/// A model configuration as a run's identity names it: the fields of
-/// [`ModelConfig::ABLATION_FIELDS`] are left out at their defaults, so that the runs trained
-/// before those fields existed keep their names in the store.
+/// The model fields a run's identity names only where they differ from the architecture's default:
+/// the paper's ablations (Table 1: the GAU's scoring, heads, gate, relative bias and RoPE) and
+/// Performer's prefix sums. A run of the default model is named without them, so giving a model a
+/// new ablation switch (at its default) renames no run of the store; the other fields are always
+/// named.
+const NAMED_WHEN_CHANGED: [&str; 6] = [
+    "gau_scoring",
+    "gau_heads",
+    "gau_gated",
+    "gau_relative_bias",
+    "gau_rope",
+    "performer_prefix",
+];
+
+/// A model configuration as a run's identity names it: the fields of [`NAMED_WHEN_CHANGED`] left
+/// out at their defaults.
 pub fn model_identity(model: &ModelConfig) -> Result<serde_json::Value> {
     let mut json = serde_json::to_value(model)?;
     let defaults = serde_json::to_value(ModelConfig::new(model.arch))?;
     if let Some(fields) = json.as_object_mut() {
-        for key in ModelConfig::ABLATION_FIELDS {
+        for key in NAMED_WHEN_CHANGED {
             if fields.get(key) == defaults.get(key) {
                 fields.remove(key);
             }

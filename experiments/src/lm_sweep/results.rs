@@ -6,7 +6,11 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use training::write_atomic;
 
+use burn::module::Module;
+
 use super::config::LmSweepConfig;
+use super::models::planned_model;
+use crate::scale::Scale;
 use crate::verdict::{StepCost, Summary, SweepRow, Verdict, summarize};
 
 /// Writes a sweep's `metrics.csv`.
@@ -67,4 +71,43 @@ pub fn speedup_verdict(s: &Summary, config: &LmSweepConfig) -> Option<Verdict> {
         .claimed_faster
         .contains(&s.model)
         .then(|| Verdict::above(&s.speedup, 1.0))
+}
+
+/// The scale of an LM sweep's result directory.
+pub fn sweep_scale(dir: &Path) -> Result<Scale> {
+    let config = saved_config(dir)?;
+    let (profile, device) = crate::scale::provenance(dir)?;
+    let params = lm_params(&config)?;
+    Ok(Scale {
+        profile,
+        params,
+        tokens_per_run: (config.steps * config.tokens_per_batch * config.grad_accum) as f64,
+        seeds: config.seeds.len(),
+        device,
+    })
+}
+
+/// The smallest and largest parameter count (without the tied token embedding) of the sweep's
+/// models at its first context.
+fn lm_params(config: &LmSweepConfig) -> Result<(usize, usize)> {
+    let device = burn::tensor::Device::flex();
+    let context = *config
+        .contexts
+        .first()
+        .context("a sweep without contexts")?;
+    let names: Vec<String> = config
+        .models
+        .iter()
+        .chain(&config.one_seed_models)
+        .cloned()
+        .chain(config.variants.iter().map(|v| v.name.clone()))
+        .collect();
+    let mut range = (usize::MAX, 0);
+    for name in names {
+        let model = planned_model(config, &name, context)?;
+        let all = model.init(model::Direction::Causal, &device).num_params();
+        let p = all - model.vocab_size * model.d_model;
+        range = (range.0.min(p), range.1.max(p));
+    }
+    Ok(range)
 }

@@ -33,9 +33,14 @@ use training::trainer::{
 use training::write_json;
 
 mod outputs;
+mod plan;
 
 pub use self::outputs::{F1_MARGIN, F9, f9, render, scale};
 
+use self::plan::dry_run_finetune;
+use crate::dry_run::DryRun;
+use crate::experiment::{Experiment, dispatch};
+use crate::lm_sweep::LmSweep;
 use crate::lm_sweep::{LmSweepConfig, StoredRun, stored_runs, sweep_data};
 use crate::verdict::{StepTime, SweepRow};
 use crate::{Cli, Profile, configs, read_csv, run_store};
@@ -258,83 +263,63 @@ fn pretrained(run: &StoredRun, device: &burn::tensor::Device) -> Result<Language
         .load_file(weights))
 }
 
-/// `--dry-run` of the fine-tuning stage (the pre-training sweep's plan is printed before it):
-/// per model, the pre-trained model fine-tuned on `batch` sequences of the context, and the
-/// decoding cache of a greedy answer. The real step (`step`) fine-tunes the model as a causal LM on
-/// one synthetic sequence: the QA task's loss has the same shapes with a weight per token.
-fn dry_run_finetune(
-    cli: &Cli,
-    config: &Table4Config,
-    pre_config: &LmSweepConfig,
-    devices: &[burn::tensor::Device],
-    mode: crate::dry_run::DryRun,
-) -> Result<()> {
-    let build_device = devices[0].clone().without_autodiff();
-    let mut plans = Vec::new();
-    let mut model_configs = Vec::new();
-    for name in &config.models {
-        let model_config = crate::lm_sweep::planned_model(pre_config, name, config.context)?;
-        let model = model_config.init(Direction::Causal, &build_device);
-        let (params, optimizer_floats) = crate::dry_run::param_stats(&model, &config.optimizer);
-        let tokens = config.batch * config.context;
-        plans.push(crate::dry_run::RunPlan {
-            label: format!("{name} QA fine-tuning @ {}", config.context),
-            runs: pre_config.seeds.len(),
-            params,
-            tokens_per_step: tokens,
-            steps: config.steps,
-            optimizer_floats,
-            activation_floats: model_config.activation_floats_per_token(config.context)
-                * tokens as f64,
-            kv_cache_floats: model_config.kv_cache_floats_per_sequence(config.context),
-            train_flops: model_config.train_flops_per_step(config.batch, config.context)
-                * config.steps as f64,
-            step_seconds: None,
-        });
-        model_configs.push(model_config);
-    }
-    crate::dry_run::print(cli, &format!(": fine-tuning on {}", config.dataset), &plans);
-    crate::dry_run::print_data(
-        &data::source::SourceOptions::from_config(&config.data_dir, &config.data_dirs)?,
-        &[(
-            config.dataset.as_str(),
-            &[data::Split::Train, data::Split::Validation],
-        )],
-    )?;
-    if mode == crate::dry_run::DryRun::Step {
-        let train = train_config(config, 0);
-        for (plan, model_config) in plans.iter().zip(&model_configs) {
-            crate::dry_run::real_lm_step(plan, model_config, false, &train, &devices[0])?;
+/// Table 4 of the FLASH paper: LMs pre-trained by an LM sweep (`pretrain`), fine-tuned on question
+/// answering and scored.
+pub struct QaFinetune;
+
+impl Experiment for QaFinetune {
+    type Config = Table4Config;
+
+    fn check(&self, cli: &Cli, config: &Table4Config) -> Result<()> {
+        if !config.models.contains(&config.baseline) || !config.models.contains(&config.claimed) {
+            bail!(
+                "baseline `{}` and claimed `{}` must be among models {:?}",
+                config.baseline,
+                config.claimed,
+                config.models
+            );
         }
+        cli.train_devices()?;
+        pretrain_cli(cli, config)?;
+        Ok(())
     }
-    Ok(())
+
+    /// The pre-training sweep's plan, then the fine-tuning's.
+    fn plan(&self, cli: &Cli, config: &Table4Config, mode: DryRun) -> Result<()> {
+        let (pre_cli, pre_config) = pretraining(cli, config)?;
+        dispatch(&LmSweep { id: pre_cli.id }, &pre_cli)?;
+        dry_run_finetune(cli, config, &pre_config, &cli.train_devices()?, mode)
+    }
+
+    fn execute(&self, cli: &Cli, config: Table4Config) -> Result<()> {
+        let (pre_cli, pre_config) = pretraining(cli, &config)?;
+        dispatch(&LmSweep { id: pre_cli.id }, &pre_cli)?;
+        finetune_all(cli, &config, &pre_config)
+    }
+
+    fn render(&self, out: &Path) -> Result<()> {
+        render(out)
+    }
+
+    fn scale(&self, dir: &Path) -> Result<String> {
+        scale(dir)
+    }
 }
 
-pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
-    if cli.report_only {
-        return cli.rerender(render);
-    }
-    let config: Table4Config = cli.load_config(builtin)?;
-    if !config.models.contains(&config.baseline) || !config.models.contains(&config.claimed) {
-        bail!(
-            "baseline `{}` and claimed `{}` must be among models {:?}",
-            config.baseline,
-            config.claimed,
-            config.models
-        );
-    }
+/// The pre-training sweep's command line and resolved config.
+fn pretraining(cli: &Cli, config: &Table4Config) -> Result<(Cli, LmSweepConfig)> {
+    let pre_cli = pretrain_cli(cli, config)?;
+    let pre_config: LmSweepConfig = pre_cli.load_config(&builtin_of(pre_cli.id))?;
+    Ok((pre_cli, pre_config))
+}
+
+/// Fine-tunes and scores every pre-trained run (trained, or reused from the store), times the
+/// fine-tuning step of each model, and renders.
+fn finetune_all(cli: &Cli, config: &Table4Config, pre_config: &LmSweepConfig) -> Result<()> {
     let devices = cli.train_devices()?;
-    // 1. The pre-training runs (trained, or reused from the store) and their step times.
-    let pre_cli = pretrain_cli(&cli, &config)?;
-    let pre_builtin = builtin_of(pre_cli.id);
-    let pre_config: LmSweepConfig = pre_cli.load_config(&pre_builtin)?;
-    crate::lm_sweep::run(pre_cli, &pre_builtin)?;
-    if let Some(mode) = cli.dry_run {
-        return dry_run_finetune(&cli, &config, &pre_config, &devices, mode);
-    }
-    let lm_data = sweep_data(&pre_config)?;
+    let lm_data = sweep_data(pre_config)?;
     let runs: Vec<StoredRun> = stored_runs(
-        &pre_config,
+        pre_config,
         &lm_data,
         (&cli.store, devices.len()),
         config.context,
@@ -349,13 +334,13 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
         }
     }
     // 2. Fine-tuning data: the QA set with the pre-training tokenizer.
-    let qa_data = qa_data(&config, &lm_data)?;
+    let qa_data = qa_data(config, &lm_data)?;
     let format = LmQaFormat {
         context: config.context,
         answer_length: config.answer_length,
     };
     std::fs::create_dir_all(&cli.out)?;
-    let provenance = cli.save_provenance(&config)?;
+    let provenance = cli.save_provenance(config)?;
     // The trivial baseline every model must beat: the training split's most frequent answer.
     let trivial = trivial_baseline(&qa_data, format, config.eval_examples)?;
     write_json(&cli.out.join(TRIVIAL), &trivial)?;
@@ -363,7 +348,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
     let mut scores: Vec<ScoreRow> = Vec::new();
     let mut metrics: Vec<SweepRow> = Vec::new();
     let finetune = Finetune {
-        config: &config,
+        config,
         devices: &devices,
         stop: &stop,
         provenance: &provenance,
@@ -384,7 +369,7 @@ pub fn run(cli: Cli, builtin: &dyn Fn(Profile) -> &'static str) -> Result<()> {
     // `metrics.csv`: the fine-tuning runs' evaluations, in the LM sweeps' layout.
     crate::lm_sweep::write_rows(&cli.out, &metrics)?;
     // 3. Every model's fine-tuning step timed in turn, in this session.
-    calibrate_finetune(&config, &runs, &qa_data, format, &devices, &cli.out)?;
+    calibrate_finetune(config, &runs, &qa_data, format, &devices, &cli.out)?;
     render(&cli.out)?;
     eprintln!("wrote {} ({})", cli.out.display(), provenance.device);
     Ok(())

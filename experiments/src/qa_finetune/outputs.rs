@@ -54,7 +54,7 @@ pub fn scale(out: &Path) -> Result<String> {
         &std::fs::read(out.join("config.json"))
             .with_context(|| format!("cannot read {}", out.join("config.json").display()))?,
     )?;
-    let pretrain = crate::scale::lm_sweep(&out.join("pretrain"))?;
+    let pretrain = crate::lm_sweep::sweep_scale(&out.join("pretrain"))?;
     Ok(format!(
         "{}; fine-tuned {} steps of {} questions",
         pretrain.show(),
