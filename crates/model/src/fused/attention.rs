@@ -83,7 +83,7 @@ pub const SHORT_ROW_BLOCK_MAX_FLOATS: usize = 1 << 20;
 /// over FLASH's 256-token chunks, 128-row blocks compute 49 152 score entries per chunk for
 /// the 32 896 it needs, 32-row blocks 36 864. Smaller blocks also make smaller products, whose
 /// packing of keys and values is shared by fewer rows: they pay while the keys and values are
-/// small. Measured (`profile_step`, a 2-core Zen 4 EPYC, 2026-12-05, attention kernels' seconds
+/// small. Measured (`profile_step`, a 2-core Zen 4 EPYC, attention kernels' seconds
 /// per step): 32-row blocks against 128, FLASH 512 0.41–0.44 against 0.47 (two runs each),
 /// Transformer++ 1024 / 2048 / 4096 / 8192 0.33 / 0.61 / 1.21 / 2.47 against 0.35 / 0.66 / 1.26
 /// / 2.51, FLASH-Quad (V 512 wide) 1024 0.83 against 0.89 but 4096 4.03 against 3.62 and 8192

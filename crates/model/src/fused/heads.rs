@@ -6,7 +6,7 @@
 //! on the calling thread, RoPE then makes a pass of its own, and autodiff's backward copies once
 //! more each way. In Transformer++'s step at 512 tokens (table11's shapes) those copies took about
 //! 0.18 s of 1.84 (measured against a build that skipped them, `profile_step`, a 2-core Zen 4
-//! EPYC, 2026-12-05).
+//! EPYC).
 
 #[allow(unused_imports)]
 use super::*;

@@ -27,9 +27,9 @@ use super::*;
 /// Bytes of one block's logits: 64 MiB (2048 rows of table11's 8192-word vocabulary), a quarter of
 /// the unfused [N, V] logits at table11's 8192 rows. Why not smaller: the logits' product reads W
 /// transposed (k-contiguous, see `transpose_into`), which gemm runs slower the fewer rows share
-/// it. `head_bench` on a 2-core Zen 4 EPYC (2026-12-05), every row predicted, fwd + bwd: 0.579 /
+/// it. `head_bench` on a 2-core Zen 4 EPYC, every row predicted, fwd + bwd: 0.579 /
 /// 0.590 s with blocks of 512 rows, 0.543 / 0.570 with 1024, 0.547 / 0.551 with 2048 (two runs
-/// each); on a Xeon before, 512 and 2048 rows had timed the same.
+/// each); on an AVX-512 Xeon, 512 and 2048 rows time the same.
 pub const HEAD_BLOCK_BYTES: usize = 64 << 20;
 
 /// Rows per block for a vocabulary of `v` words under [`HEAD_BLOCK_BYTES`].

@@ -28,6 +28,8 @@
 //! - [`matmul_2d`]: dense products (projections, feed-forward layers, the LM head) with gemm
 //!   called directly, forward and backward; [`affine_2d`] the same with a linear layer's bias added
 //!   inside the product (gemm accumulates onto the bias rows; its gradient a parallel column sum);
+//!   a product of at most [`skinny::SKINNY_MAX_ROWS`] rows (a decoding step) runs in [`skinny`],
+//!   which reads the weights in place instead of packing them;
 //! - [`layer_norm`]: LayerNorm, one pass each way (burn's autodiff records nine ops for it);
 //!   [`rms_norm`] the same without centring (T5);
 //! - [`cross_entropy_rows`]: `logsumexp(x) − x[target]` per row, whose gradient is
@@ -381,6 +383,7 @@ mod product;
 pub mod profile;
 mod rotary;
 pub mod simd;
+pub mod skinny;
 
 pub use activation::{Activation, activation, bias_activation, erf};
 pub use attention::{

@@ -4,6 +4,7 @@
 use super::*;
 
 use super::activation::ELEMENTWISE_CHUNK;
+use super::skinny;
 
 /// How a product operand's buffer holds the [rows, cols] matrix it stands for.
 #[derive(Clone, Copy)]
@@ -65,6 +66,17 @@ fn product_plus(
     };
     if k == 0 || m == 0 || n == 0 {
         return if accumulate { c } else { vec![0f32; m * n] };
+    }
+    // A few rows against a matrix read once (a decoding step's projections): B read in place
+    // instead of packed by gemm (`skinny`).
+    let level = super::simd::current();
+    if matches!((a_stored, b_stored), (Stored::AsIs, Stored::AsIs)) && skinny::takes(level, m) {
+        if !accumulate {
+            c.resize(m * n, 0.0);
+        }
+        if skinny::skinny_product_acc(level, &mut c, a, b, (m, k, n)) {
+            return c;
+        }
     }
     // SAFETY: a holds m × k and b k × n elements (checked), which either layout's strides stay
     // inside; c has capacity m × n, row-major: with `accumulate` all m × n elements are already

@@ -1,0 +1,491 @@
+//! Products with few rows: `C += A · B` for A [m, k] with m ≤ [`SKINNY_MAX_ROWS`] and B [k, n]
+//! row-major, the shape of every projection in a decoding step (one row per sequence of the
+//! batch, against a weight matrix read once).
+//!
+//! gemm packs B into its own layout on every call, a pass over all of B (read and write) before the
+//! product proper, which at few rows is most of the work. Here B is read in place, once per call:
+//!
+//! - one row (m = 1, batch-1 decoding): each thread streams a contiguous range of columns of B's
+//!   rows, four rows at a time, onto its range of C's row (in L1): sequential reads the hardware
+//!   prefetchers follow;
+//! - more rows: each thread takes ranges of [`PANELS_PER_TASK`] panels of 32 (AVX-512) or 16 (AVX2)
+//!   columns; per block of [`KC`] rows of B (a panel's block stays in L1), the rows of A go through
+//!   in groups of up to [`MR`], each group's [MR, panel] tile of C held in registers across the
+//!   block and updated with one fused multiply-add per element of the tile per row of B. The first
+//!   group's pass loads the block from memory, with a software prefetch [`PREFETCH_ROWS`] rows ahead
+//!   (a panel's consecutive rows are a whole row of B apart, a stride the hardware prefetchers do
+//!   not follow across pages); the other groups find it in L1.
+//!
+//! At the scalar level the product stays with gemm. Columns past the last whole panel are done by
+//! a plain loop. `cargo run --release -p model --example skinny_bench` times both against each
+//! other at T5-XXL's decoding shapes; on a 2-core AVX-512 Xeon (GFLOP/s, gemm → here): the
+//! 4096 × 10240 feed-forward 7.2 → 21.0 at 1 row, 36 → 68 at 8, 78 → 131 at 32; the 4096 × 32128 LM
+//! head 7.1 → 15.5, 35 → 58, 94 → 147.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use rayon::prelude::*;
+
+use super::simd::SimdLevel;
+
+/// Rows of A up to which a product takes this kernel instead of gemm.
+pub const SKINNY_MAX_ROWS: usize = 32;
+
+/// Rows of A per register tile (the tile is MR × 2 vector registers: 16 accumulators).
+const MR: usize = 8;
+
+/// Rows of B per block: a block of one AVX-512 panel is 128 × 32 floats, 16 KiB.
+const KC: usize = 128;
+
+/// Rows of B ahead that the first group's pass prefetches.
+const PREFETCH_ROWS: usize = 16;
+
+/// Panels per parallel task (a task is a contiguous range of columns).
+const PANELS_PER_TASK: usize = 16;
+
+/// A raw pointer to C shared by the tasks, each of which writes only its own columns.
+#[derive(Clone, Copy)]
+struct SharedC(*mut f32);
+// SAFETY: tasks write disjoint columns of C (see `skinny_product_acc`).
+unsafe impl Send for SharedC {}
+unsafe impl Sync for SharedC {}
+
+impl SharedC {
+    /// The pointer (a method, so that a closure captures the whole `SharedC`, not its field).
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// Whether a product of `m` rows runs here at `level` (else with gemm).
+pub fn takes(level: SimdLevel, m: usize) -> bool {
+    (1..=SKINNY_MAX_ROWS).contains(&m) && level != SimdLevel::Scalar && level.supported()
+}
+
+/// `c += a · b` for a [m, k], b [k, n] and c [m, n], all row-major, at `level`; returns `false`
+/// (c untouched) where the level has no kernel here (the scalar level) or m is out of range, so
+/// the caller uses gemm.
+pub fn skinny_product_acc(
+    level: SimdLevel,
+    c: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    (m, k, n): (usize, usize, usize),
+) -> bool {
+    assert_eq!(
+        (a.len(), b.len(), c.len()),
+        (m * k, k * n, m * n),
+        "skinny product operand sizes"
+    );
+    let panel = match level {
+        SimdLevel::Avx512 => 32,
+        SimdLevel::Avx2 => 16,
+        SimdLevel::Scalar => return false,
+    };
+    if !takes(level, m) {
+        return false;
+    }
+    if m == 1 {
+        return row_stream(level, c, a, b, (k, n));
+    }
+    let whole = n / panel * panel;
+    let task = panel * PANELS_PER_TASK;
+    let shared = SharedC(c.as_mut_ptr());
+    (0..whole.div_ceil(task)).into_par_iter().for_each(|t| {
+        let (j0, j1) = (t * task, ((t + 1) * task).min(whole));
+        // SAFETY: this task writes only columns j0..j1 of C, which no other task writes; a, b and
+        // c hold m × k, k × n and m × n floats (checked), and j1 ≤ n.
+        unsafe {
+            match level {
+                #[cfg(target_arch = "x86_64")]
+                SimdLevel::Avx512 => {
+                    columns_avx512(shared.ptr(), a.as_ptr(), b.as_ptr(), (m, k, n), (j0, j1))
+                }
+                #[cfg(target_arch = "x86_64")]
+                SimdLevel::Avx2 => {
+                    columns_avx2(shared.ptr(), a.as_ptr(), b.as_ptr(), (m, k, n), (j0, j1))
+                }
+                _ => unreachable!("no skinny kernel at this level"),
+            }
+        }
+    });
+    // The columns past the last whole panel.
+    if whole < n {
+        for i in 0..m {
+            for kk in 0..k {
+                let x = a[i * k + kk];
+                let row = &b[kk * n + whole..(kk + 1) * n];
+                for (d, &w) in c[i * n + whole..(i + 1) * n].iter_mut().zip(row) {
+                    *d += x * w;
+                }
+            }
+        }
+    }
+    true
+}
+
+/// `c += a · b` for one row a [k]: every thread streams whole runs of B's rows (a contiguous
+/// range of columns of each row, 4 rows at a time), the row of C's range held in L1.
+fn row_stream(
+    level: SimdLevel,
+    c: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    (k, n): (usize, usize),
+) -> bool {
+    let tasks = rayon::current_num_threads().max(1) * ROW_STREAM_TASKS_PER_THREAD;
+    let width = n.div_ceil(tasks).next_multiple_of(16).max(16);
+    c.par_chunks_mut(width).enumerate().for_each(|(t, out)| {
+        let j0 = t * width;
+        // SAFETY: out is columns j0..j0 + out.len() of the one row of C; a holds k floats and b
+        // k × n, and j0 + out.len() ≤ n.
+        unsafe {
+            match level {
+                #[cfg(target_arch = "x86_64")]
+                SimdLevel::Avx512 => row_avx512(out, a, b.as_ptr().add(j0), (k, n)),
+                #[cfg(target_arch = "x86_64")]
+                SimdLevel::Avx2 => row_avx2(out, a, b.as_ptr().add(j0), (k, n)),
+                _ => unreachable!("no skinny kernel at this level"),
+            }
+        }
+    });
+    true
+}
+
+/// Column ranges per thread of [`row_stream`].
+const ROW_STREAM_TASKS_PER_THREAD: usize = 2;
+
+/// `out += Σ_k a[k] · B[k, range]` with `b` at the range's first column of row 0 (row stride n),
+/// AVX-512; the last partial vector by a plain loop.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn row_avx512(out: &mut [f32], a: &[f32], b: *const f32, (k, n): (usize, usize)) {
+    let w = out.len();
+    let whole = w / 16 * 16;
+    let o = out.as_mut_ptr();
+    let mut kk = 0;
+    // SAFETY: rows kk..kk + 4 < k of B at columns < w of the range; out holds w floats.
+    unsafe {
+        while kk + 4 <= k {
+            let (x0, x1, x2, x3) = (
+                _mm512_set1_ps(a[kk]),
+                _mm512_set1_ps(a[kk + 1]),
+                _mm512_set1_ps(a[kk + 2]),
+                _mm512_set1_ps(a[kk + 3]),
+            );
+            let r0 = b.add(kk * n);
+            let (r1, r2, r3) = (r0.add(n), r0.add(2 * n), r0.add(3 * n));
+            for j in (0..whole).step_by(16) {
+                let mut acc = _mm512_loadu_ps(o.add(j));
+                acc = _mm512_fmadd_ps(x0, _mm512_loadu_ps(r0.add(j)), acc);
+                acc = _mm512_fmadd_ps(x1, _mm512_loadu_ps(r1.add(j)), acc);
+                acc = _mm512_fmadd_ps(x2, _mm512_loadu_ps(r2.add(j)), acc);
+                acc = _mm512_fmadd_ps(x3, _mm512_loadu_ps(r3.add(j)), acc);
+                _mm512_storeu_ps(o.add(j), acc);
+            }
+            kk += 4;
+        }
+        while kk < k {
+            let x = _mm512_set1_ps(a[kk]);
+            let r = b.add(kk * n);
+            for j in (0..whole).step_by(16) {
+                let acc = _mm512_fmadd_ps(x, _mm512_loadu_ps(r.add(j)), _mm512_loadu_ps(o.add(j)));
+                _mm512_storeu_ps(o.add(j), acc);
+            }
+            kk += 1;
+        }
+        for (kk, &x) in a.iter().enumerate() {
+            for j in whole..w {
+                *o.add(j) += x * *b.add(kk * n + j);
+            }
+        }
+    }
+}
+
+/// [`row_avx512`] with 8-float vectors, AVX2 + FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row_avx2(out: &mut [f32], a: &[f32], b: *const f32, (k, n): (usize, usize)) {
+    let w = out.len();
+    let whole = w / 8 * 8;
+    let o = out.as_mut_ptr();
+    let mut kk = 0;
+    // SAFETY: as in `row_avx512`.
+    unsafe {
+        while kk + 4 <= k {
+            let (x0, x1, x2, x3) = (
+                _mm256_set1_ps(a[kk]),
+                _mm256_set1_ps(a[kk + 1]),
+                _mm256_set1_ps(a[kk + 2]),
+                _mm256_set1_ps(a[kk + 3]),
+            );
+            let r0 = b.add(kk * n);
+            let (r1, r2, r3) = (r0.add(n), r0.add(2 * n), r0.add(3 * n));
+            for j in (0..whole).step_by(8) {
+                let mut acc = _mm256_loadu_ps(o.add(j));
+                acc = _mm256_fmadd_ps(x0, _mm256_loadu_ps(r0.add(j)), acc);
+                acc = _mm256_fmadd_ps(x1, _mm256_loadu_ps(r1.add(j)), acc);
+                acc = _mm256_fmadd_ps(x2, _mm256_loadu_ps(r2.add(j)), acc);
+                acc = _mm256_fmadd_ps(x3, _mm256_loadu_ps(r3.add(j)), acc);
+                _mm256_storeu_ps(o.add(j), acc);
+            }
+            kk += 4;
+        }
+        while kk < k {
+            let x = _mm256_set1_ps(a[kk]);
+            let r = b.add(kk * n);
+            for j in (0..whole).step_by(8) {
+                let acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(r.add(j)), _mm256_loadu_ps(o.add(j)));
+                _mm256_storeu_ps(o.add(j), acc);
+            }
+            kk += 1;
+        }
+        for (kk, &x) in a.iter().enumerate() {
+            for j in whole..w {
+                *o.add(j) += x * *b.add(kk * n + j);
+            }
+        }
+    }
+}
+
+/// Columns j0..j1 (whole 32-column panels) of `c += a · b`, AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn columns_avx512(
+    c: *mut f32,
+    a: *const f32,
+    b: *const f32,
+    (m, k, n): (usize, usize, usize),
+    (j0, j1): (usize, usize),
+) {
+    for k0 in (0..k).step_by(KC) {
+        let k1 = (k0 + KC).min(k);
+        for j in (j0..j1).step_by(32) {
+            let mut i0 = 0;
+            while i0 < m {
+                let rows = (m - i0).min(MR);
+                let prefetch = i0 == 0;
+                // SAFETY: rows i0..i0 + rows of A and C, rows k0..k1 and columns j..j + 32 of B.
+                unsafe {
+                    let (a, c) = (a.add(i0 * k), c.add(i0 * n + j));
+                    let b = b.add(j);
+                    match rows {
+                        8 => tile_avx512::<8>(c, a, b, (k, n), (k0, k1), prefetch),
+                        7 => tile_avx512::<7>(c, a, b, (k, n), (k0, k1), prefetch),
+                        6 => tile_avx512::<6>(c, a, b, (k, n), (k0, k1), prefetch),
+                        5 => tile_avx512::<5>(c, a, b, (k, n), (k0, k1), prefetch),
+                        4 => tile_avx512::<4>(c, a, b, (k, n), (k0, k1), prefetch),
+                        3 => tile_avx512::<3>(c, a, b, (k, n), (k0, k1), prefetch),
+                        2 => tile_avx512::<2>(c, a, b, (k, n), (k0, k1), prefetch),
+                        _ => tile_avx512::<1>(c, a, b, (k, n), (k0, k1), prefetch),
+                    }
+                }
+                i0 += rows;
+            }
+        }
+    }
+}
+
+/// One [R, 32] tile of C (row stride n) plus rows k0..k1 of A (row stride k) times the same rows
+/// of B's 32-column panel (row stride n), AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn tile_avx512<const R: usize>(
+    c: *mut f32,
+    a: *const f32,
+    b: *const f32,
+    (k, n): (usize, usize),
+    (k0, k1): (usize, usize),
+    prefetch: bool,
+) {
+    // SAFETY (the whole body): the caller's ranges; the prefetch address may pass B's end, which a
+    // prefetch does not fault on (it is computed with wrapping arithmetic).
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        for (r, row) in acc.iter_mut().enumerate() {
+            row[0] = _mm512_loadu_ps(c.add(r * n));
+            row[1] = _mm512_loadu_ps(c.add(r * n + 16));
+        }
+        for kk in k0..k1 {
+            let bp = b.add(kk * n);
+            if prefetch {
+                let ahead = bp.wrapping_add(PREFETCH_ROWS * n) as *const i8;
+                _mm_prefetch::<_MM_HINT_T0>(ahead);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
+            }
+            let b0 = _mm512_loadu_ps(bp);
+            let b1 = _mm512_loadu_ps(bp.add(16));
+            for (r, row) in acc.iter_mut().enumerate() {
+                let x = _mm512_set1_ps(*a.add(r * k + kk));
+                row[0] = _mm512_fmadd_ps(x, b0, row[0]);
+                row[1] = _mm512_fmadd_ps(x, b1, row[1]);
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            _mm512_storeu_ps(c.add(r * n), row[0]);
+            _mm512_storeu_ps(c.add(r * n + 16), row[1]);
+        }
+    }
+}
+
+/// Columns j0..j1 (whole 16-column panels) of `c += a · b`, AVX2 + FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn columns_avx2(
+    c: *mut f32,
+    a: *const f32,
+    b: *const f32,
+    (m, k, n): (usize, usize, usize),
+    (j0, j1): (usize, usize),
+) {
+    for k0 in (0..k).step_by(KC) {
+        let k1 = (k0 + KC).min(k);
+        for j in (j0..j1).step_by(16) {
+            let mut i0 = 0;
+            while i0 < m {
+                let rows = (m - i0).min(MR);
+                let prefetch = i0 == 0;
+                // SAFETY: rows i0..i0 + rows of A and C, rows k0..k1 and columns j..j + 16 of B.
+                unsafe {
+                    let (a, c) = (a.add(i0 * k), c.add(i0 * n + j));
+                    let b = b.add(j);
+                    match rows {
+                        8 => tile_avx2::<8>(c, a, b, (k, n), (k0, k1), prefetch),
+                        7 => tile_avx2::<7>(c, a, b, (k, n), (k0, k1), prefetch),
+                        6 => tile_avx2::<6>(c, a, b, (k, n), (k0, k1), prefetch),
+                        5 => tile_avx2::<5>(c, a, b, (k, n), (k0, k1), prefetch),
+                        4 => tile_avx2::<4>(c, a, b, (k, n), (k0, k1), prefetch),
+                        3 => tile_avx2::<3>(c, a, b, (k, n), (k0, k1), prefetch),
+                        2 => tile_avx2::<2>(c, a, b, (k, n), (k0, k1), prefetch),
+                        _ => tile_avx2::<1>(c, a, b, (k, n), (k0, k1), prefetch),
+                    }
+                }
+                i0 += rows;
+            }
+        }
+    }
+}
+
+/// [`tile_avx512`] with 16-column panels, AVX2 + FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn tile_avx2<const R: usize>(
+    c: *mut f32,
+    a: *const f32,
+    b: *const f32,
+    (k, n): (usize, usize),
+    (k0, k1): (usize, usize),
+    prefetch: bool,
+) {
+    // SAFETY: as in `tile_avx512`.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        for (r, row) in acc.iter_mut().enumerate() {
+            row[0] = _mm256_loadu_ps(c.add(r * n));
+            row[1] = _mm256_loadu_ps(c.add(r * n + 8));
+        }
+        for kk in k0..k1 {
+            let bp = b.add(kk * n);
+            if prefetch {
+                let ahead = bp.wrapping_add(PREFETCH_ROWS * n) as *const i8;
+                _mm_prefetch::<_MM_HINT_T0>(ahead);
+            }
+            let b0 = _mm256_loadu_ps(bp);
+            let b1 = _mm256_loadu_ps(bp.add(8));
+            for (r, row) in acc.iter_mut().enumerate() {
+                let x = _mm256_set1_ps(*a.add(r * k + kk));
+                row[0] = _mm256_fmadd_ps(x, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(x, b1, row[1]);
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            _mm256_storeu_ps(c.add(r * n), row[0]);
+            _mm256_storeu_ps(c.add(r * n + 8), row[1]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reproducible value in [-0.5, 0.5) from an index and a salt.
+    fn value(i: usize, salt: usize) -> f32 {
+        let h = (i as u64 ^ (salt as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .wrapping_mul(0xD1B5_4A32_D192_ED03);
+        ((h >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+    }
+
+    /// `c + a · b` summed in f64, row-major, the formula written out.
+    fn reference(c: &[f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) -> Vec<f32> {
+        let mut out = c.to_vec();
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k)
+                    .map(|t| a[i * k + t] as f64 * b[t * n + j] as f64)
+                    .sum();
+                out[i * n + j] = (c[i * n + j] as f64 + dot) as f32;
+            }
+        }
+        out
+    }
+
+    /// At every SIMD level with a kernel, over row counts on both sides of the tile height and of
+    /// the one-row path, depths on both sides of a block, and widths with and without a partial
+    /// panel: `c + a · b` equals the formula, the accumulated c included.
+    #[test]
+    fn skinny_products_equal_the_formula() {
+        let levels: Vec<SimdLevel> = SimdLevel::supported_levels()
+            .into_iter()
+            .filter(|&l| takes(l, 1))
+            .collect();
+        for level in levels {
+            for m in [1, 2, 7, 8, 9, 17, 32] {
+                for k in [1, 5, 130, 300] {
+                    for n in [1, 15, 16, 17, 33, 100, 513] {
+                        let a: Vec<f32> = (0..m * k).map(|i| value(i, 1)).collect();
+                        let b: Vec<f32> = (0..k * n).map(|i| value(i, 2)).collect();
+                        let c0: Vec<f32> = (0..m * n).map(|i| value(i, 3)).collect();
+                        let mut c = c0.clone();
+                        assert!(skinny_product_acc(level, &mut c, &a, &b, (m, k, n)));
+                        let want = reference(&c0, &a, &b, (m, k, n));
+                        for (idx, (got, want)) in c.iter().zip(&want).enumerate() {
+                            let tol = 1e-5 * (1.0 + k as f32).sqrt() * 4.0;
+                            assert!(
+                                (got - want).abs() <= tol,
+                                "{} m {m} k {k} n {n} at {idx}: {got} against {want}",
+                                level.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rows beyond the limit, and the scalar level, are left to gemm (c untouched).
+    #[test]
+    fn out_of_range_products_are_refused() {
+        let (m, k, n) = (SKINNY_MAX_ROWS + 1, 3, 4);
+        let (a, b) = (vec![1.0; m * k], vec![1.0; k * n]);
+        let mut c = vec![0.0; m * n];
+        assert!(!skinny_product_acc(
+            SimdLevel::best(),
+            &mut c,
+            &a,
+            &b,
+            (m, k, n)
+        ));
+        assert!(!skinny_product_acc(
+            SimdLevel::Scalar,
+            &mut c[..n],
+            &a[..k],
+            &b,
+            (1, k, n)
+        ));
+        assert!(c.iter().all(|&x| x == 0.0));
+    }
+}
