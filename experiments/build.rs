@@ -1,13 +1,57 @@
 //! Compiles in every experiment's configs: for each folder `configs/<id>/` with `smoke.toml`,
 //! `cpu.toml` and `paper.toml` (and optionally `base.toml`, what the three share), a match arm of
 //! `configs::builtin` / `configs::base`, so that adding an experiment's configs needs no code.
+//! And the commit the binaries are built from (`REPRO_BUILD_COMMIT`, `-dirty` with uncommitted
+//! changes to tracked files outside `results/` and `runs/`): what their provenance records, so that
+//! a long run records the code that ran even after the working tree moves on.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 const PROFILES: [&str; 3] = ["smoke", "cpu", "paper"];
 
+/// `git ARGS` in the repository, its output trimmed, if git runs and succeeds.
+fn git(args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Sets `REPRO_BUILD_COMMIT`, rerun when a commit, the index or any source file changes.
+fn build_commit() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for watched in ["src", "../crates", "../Cargo.toml", "../Cargo.lock"] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            manifest.join(watched).display()
+        );
+    }
+    if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        for watched in ["HEAD", "index", "refs/heads", "packed-refs"] {
+            println!("cargo:rerun-if-changed={git_dir}/{watched}");
+        }
+    }
+    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty = git(&[
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ":/",
+        ":(top,exclude)results",
+        ":(top,exclude)runs",
+    ])
+    .is_some_and(|s| !s.is_empty());
+    let suffix = if dirty { "-dirty" } else { "" };
+    println!("cargo:rustc-env=REPRO_BUILD_COMMIT={commit}{suffix}");
+}
+
 fn main() {
+    build_commit();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
     println!("cargo:rerun-if-changed={}", root.display());
     let mut ids: Vec<String> = std::fs::read_dir(&root)

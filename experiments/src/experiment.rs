@@ -104,10 +104,13 @@ fn builtin(id: &str, profile: configs::Profile) -> &'static str {
 
 /// The `main` of experiment `id`'s binary: the process-wide settings of
 /// [`model::runtime::configure`] (denormals flushed to zero, freed memory kept for reuse), the
+/// build's commit for provenance ([`training::provenance::set_build_commit`]), the
 /// command line parsed (`--help` prints and exits 0; a usage error prints clap's message and exits
 /// 2), [`dispatch`], and any error as one line on stderr with exit status 1.
 pub fn main<E: Experiment>(id: &'static str, about: &'static str, experiment: E) {
     model::runtime::configure();
+    // Provenance names the code this binary was built from, not the working tree's later state.
+    training::provenance::set_build_commit(env!("REPRO_BUILD_COMMIT"));
     let cli = Cli::try_parse(id, about, std::env::args().skip(1)).unwrap_or_else(|e| e.exit());
     let outcome = if experiment.workers() == WorkerProcesses::Refused && cli.jobs > 1 {
         Err(anyhow::anyhow!(

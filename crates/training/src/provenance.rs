@@ -2,6 +2,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -9,8 +10,10 @@ use serde::Serialize;
 /// Where a result came from.
 #[derive(Clone, Debug, Serialize)]
 pub struct Provenance {
-    /// `git rev-parse HEAD`, with `-dirty` when tracked files outside `results/` and `runs/` had
-    /// uncommitted changes (results being regenerated do not make a run's code uncertain).
+    /// The commit of the code that ran: the one the binary was built from where it says so
+    /// ([`set_build_commit`]: the experiment binaries), else the working tree's `git rev-parse
+    /// HEAD`; with `-dirty` when tracked files outside `results/` and `runs/` had uncommitted
+    /// changes (results being regenerated do not make a run's code uncertain).
     pub git_commit: String,
     /// Backend and machine.
     pub device: String,
@@ -25,34 +28,53 @@ pub struct Provenance {
     pub command: String,
 }
 
+/// The commit this process's binary was built from, once set.
+static BUILD_COMMIT: OnceLock<String> = OnceLock::new();
+
+/// Names the commit the running binary was built from (`git rev-parse HEAD` at build time, with
+/// `-dirty` as [`Provenance::git_commit`] describes), for every later [`Provenance::collect`]: a
+/// long run whose working tree moves on (a commit, an edit) still records the code that ran. The
+/// first call wins.
+pub fn set_build_commit(commit: &str) {
+    let _ = BUILD_COMMIT.set(commit.to_string());
+}
+
+/// The working tree's commit, with `-dirty` as [`Provenance::git_commit`] describes.
+fn working_tree_commit() -> String {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty = git(&[
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ":/",
+        ":(top,exclude)results",
+        ":(top,exclude)runs",
+    ])
+    .is_some_and(|s| !s.is_empty());
+    if dirty {
+        format!("{commit}-dirty")
+    } else {
+        commit
+    }
+}
+
 impl Provenance {
     /// Collects the provenance of this run on `device`.
     pub fn collect(device: String) -> Self {
-        let git = |args: &[&str]| {
-            Command::new("git")
-                .args(args)
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        };
-        let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
-        let dirty = git(&[
-            "status",
-            "--porcelain",
-            "--untracked-files=no",
-            "--",
-            ":/",
-            ":(top,exclude)results",
-            ":(top,exclude)runs",
-        ])
-        .is_some_and(|s| !s.is_empty());
         Self {
-            git_commit: if dirty {
-                format!("{commit}-dirty")
-            } else {
-                commit
-            },
+            git_commit: BUILD_COMMIT
+                .get()
+                .cloned()
+                .unwrap_or_else(working_tree_commit),
             device,
             simd_level: model::fused::simd::SimdLevel::selected().name(),
             burn_version: "0.22.1",
@@ -77,4 +99,26 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
 /// Writes `value` as pretty JSON, atomically.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     write_atomic(path, serde_json::to_string_pretty(value)?.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Once the binary names its build's commit, every provenance records that commit, not the
+    /// working tree's.
+    #[test]
+    fn the_build_commit_is_recorded_once_set() {
+        set_build_commit("0123abcd-built");
+        assert_eq!(
+            Provenance::collect("cpu".into()).git_commit,
+            "0123abcd-built"
+        );
+        set_build_commit("another");
+        assert_eq!(
+            Provenance::collect("cpu".into()).git_commit,
+            "0123abcd-built",
+            "the first call wins"
+        );
+    }
 }
