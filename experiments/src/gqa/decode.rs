@@ -468,8 +468,10 @@ mod roofline_tests {
     use super::*;
 
     fn config() -> DecodeConfig {
-        let text = crate::configs::builtin("gqa_fig6", crate::Profile::Cpu).unwrap();
-        toml::from_str(text).unwrap()
+        let profile = crate::Profile::Cpu;
+        let text = crate::configs::builtin("gqa_fig6", profile).unwrap();
+        let table = crate::configs::resolve(text.parse().unwrap(), profile, "gqa_fig6").unwrap();
+        toml::Value::Table(table).try_into().unwrap()
     }
 
     /// The roofline is the slower ceiling, and none without both measurements.
