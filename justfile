@@ -1,6 +1,7 @@
 # Reproduce the FLASH and GQA papers. `just` lists the recipes.
 
-experiments := "table11 fig5 fig6 table3 fig7 table5 fig8 table1 table2 fig3 f4_length table4 gqa_fig6 gqa_table1 gqa_fig4 gqa_fig5"
+# Every experiment: a folder of experiments/configs/ (each registered in experiments/src/registry.rs, which a test checks).
+experiments := `ls experiments/configs | xargs`
 corpus := "data/gutenberg_shakespeare"
 # Experiments on synthetic token ids (timing only): they run without the corpus, so without Python.
 synthetic := "table11 gqa_fig6"
