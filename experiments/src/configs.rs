@@ -67,21 +67,6 @@ fn layer(name: &str, profile: Profile) -> Option<&'static str> {
     }
 }
 
-/// The LM sweeps (their binaries' `main` is [`crate::lm_sweep::main`]): the experiments whose runs
-/// can train in `--jobs` worker processes.
-pub const LM_SWEEPS: &[&str] = &[
-    "fig5",
-    "fig6",
-    "table3",
-    "fig7",
-    "table5",
-    "fig8",
-    "table1",
-    "table2",
-    "fig3",
-    "f4_length",
-];
-
 /// How many `extends` links a config may chain (a cycle is an error, not a hang).
 const MAX_DEPTH: usize = 8;
 

@@ -8,11 +8,11 @@
 //! - one row (m = 1, batch-1 decoding): each thread streams a contiguous range of columns of B's
 //!   rows, four rows at a time, onto its range of C's row (in L1): sequential reads the hardware
 //!   prefetchers follow;
-//! - more rows: each thread takes ranges of [`PANELS_PER_TASK`] panels of 32 (AVX-512) or 16 (AVX2)
-//!   columns; per block of [`KC`] rows of B (a panel's block stays in L1), the rows of A go through
-//!   in groups of up to [`MR`], each group's [MR, panel] tile of C held in registers across the
+//! - more rows: each thread takes ranges of `PANELS_PER_TASK` panels of 32 (AVX-512) or 16 (AVX2)
+//!   columns; per block of `KC` rows of B (a panel's block stays in L1), the rows of A go through
+//!   in groups of up to `MR`, each group's [MR, panel] tile of C held in registers across the
 //!   block and updated with one fused multiply-add per element of the tile per row of B. The first
-//!   group's pass loads the block from memory, with a software prefetch [`PREFETCH_ROWS`] rows ahead
+//!   group's pass loads the block from memory, with a software prefetch `PREFETCH_ROWS` rows ahead
 //!   (a panel's consecutive rows are a whole row of B apart, a stride the hardware prefetchers do
 //!   not follow across pages); the other groups find it in L1.
 //!
