@@ -87,13 +87,13 @@ pub fn skinny_product_acc(
     if !takes(level, m) {
         return false;
     }
-    if m == 1 {
-        return row_stream(level, c, a, b, (k, n));
-    }
     #[cfg(target_arch = "x86_64")]
     if level == SimdLevel::Avx512 && m <= STREAM_ROWS_MAX {
         rows_stream_avx512(c, a, b, (m, k, n));
         return true;
+    }
+    if m == 1 {
+        return row_stream(level, c, a, b, (k, n));
     }
     let whole = n / panel * panel;
     let task = panel * PANELS_PER_TASK;
@@ -103,17 +103,21 @@ pub fn skinny_product_acc(
         // SAFETY: this task writes only columns j0..j1 of C, which no other task writes; a, b and
         // c hold m × k, k × n and m × n floats (checked), and j1 ≤ n.
         unsafe {
-            match level {
+            let tiles = match level {
                 #[cfg(target_arch = "x86_64")]
-                SimdLevel::Avx512 => {
-                    columns_avx512(shared.ptr(), a.as_ptr(), b.as_ptr(), (m, k, n), (j0, j1))
-                }
+                SimdLevel::Avx512 => &TILES_AVX512,
                 #[cfg(target_arch = "x86_64")]
-                SimdLevel::Avx2 => {
-                    columns_avx2(shared.ptr(), a.as_ptr(), b.as_ptr(), (m, k, n), (j0, j1))
-                }
+                SimdLevel::Avx2 => &TILES_AVX2,
                 _ => unreachable!("no skinny kernel at this level"),
-            }
+            };
+            columns(
+                shared.ptr(),
+                a.as_ptr(),
+                b.as_ptr(),
+                (m, k, n),
+                (j0, j1),
+                (panel, tiles),
+            );
         }
     });
     // The columns past the last whole panel.
@@ -149,8 +153,6 @@ fn row_stream(
         unsafe {
             match level {
                 #[cfg(target_arch = "x86_64")]
-                SimdLevel::Avx512 => row_avx512(out, a, b.as_ptr().add(j0), (k, n)),
-                #[cfg(target_arch = "x86_64")]
                 SimdLevel::Avx2 => row_avx2(out, a, b.as_ptr().add(j0), (k, n)),
                 _ => unreachable!("no skinny kernel at this level"),
             }
@@ -164,7 +166,7 @@ fn row_stream(
 /// feed-forward at 4 rows 38 → 64 GFLOP/s), at 8 rows no faster, its C updates then dominating.
 const STREAM_ROWS_MAX: usize = 4;
 
-/// `c += a · b` for 2..=4 rows: each thread streams contiguous runs of B's rows (a range of
+/// `c += a · b` for 1..=4 rows: each thread streams contiguous runs of B's rows (a range of
 /// columns) and updates every row of C's range from each, AVX-512.
 #[cfg(target_arch = "x86_64")]
 fn rows_stream_avx512(c: &mut [f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) {
@@ -179,9 +181,11 @@ fn rows_stream_avx512(c: &mut [f32], a: &[f32], b: &[f32], (m, k, n): (usize, us
             let a = a.as_ptr();
             let w = j1 - j0;
             match m {
+                1 => rows_avx512::<1, 4>(c, a, b, (k, n), w),
                 2 => rows_avx512::<2, 4>(c, a, b, (k, n), w),
                 3 => rows_avx512::<3, 4>(c, a, b, (k, n), w),
-                _ => rows_avx512::<4, 4>(c, a, b, (k, n), w),
+                4 => rows_avx512::<4, 4>(c, a, b, (k, n), w),
+                _ => unreachable!("rows_stream_avx512 takes 1..=STREAM_ROWS_MAX rows"),
             }
         }
     });
@@ -249,53 +253,7 @@ unsafe fn rows_avx512<const R: usize, const KU: usize>(
 const ROW_STREAM_TASKS_PER_THREAD: usize = 2;
 
 /// `out += Σ_k a[k] · B[k, range]` with `b` at the range's first column of row 0 (row stride n),
-/// AVX-512; the last partial vector by a plain loop.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn row_avx512(out: &mut [f32], a: &[f32], b: *const f32, (k, n): (usize, usize)) {
-    let w = out.len();
-    let whole = w / 16 * 16;
-    let o = out.as_mut_ptr();
-    let mut kk = 0;
-    // SAFETY: rows kk..kk + 4 < k of B at columns < w of the range; out holds w floats.
-    unsafe {
-        while kk + 4 <= k {
-            let (x0, x1, x2, x3) = (
-                _mm512_set1_ps(a[kk]),
-                _mm512_set1_ps(a[kk + 1]),
-                _mm512_set1_ps(a[kk + 2]),
-                _mm512_set1_ps(a[kk + 3]),
-            );
-            let r0 = b.add(kk * n);
-            let (r1, r2, r3) = (r0.add(n), r0.add(2 * n), r0.add(3 * n));
-            for j in (0..whole).step_by(16) {
-                let mut acc = _mm512_loadu_ps(o.add(j));
-                acc = _mm512_fmadd_ps(x0, _mm512_loadu_ps(r0.add(j)), acc);
-                acc = _mm512_fmadd_ps(x1, _mm512_loadu_ps(r1.add(j)), acc);
-                acc = _mm512_fmadd_ps(x2, _mm512_loadu_ps(r2.add(j)), acc);
-                acc = _mm512_fmadd_ps(x3, _mm512_loadu_ps(r3.add(j)), acc);
-                _mm512_storeu_ps(o.add(j), acc);
-            }
-            kk += 4;
-        }
-        while kk < k {
-            let x = _mm512_set1_ps(a[kk]);
-            let r = b.add(kk * n);
-            for j in (0..whole).step_by(16) {
-                let acc = _mm512_fmadd_ps(x, _mm512_loadu_ps(r.add(j)), _mm512_loadu_ps(o.add(j)));
-                _mm512_storeu_ps(o.add(j), acc);
-            }
-            kk += 1;
-        }
-        for (kk, &x) in a.iter().enumerate() {
-            for j in whole..w {
-                *o.add(j) += x * *b.add(kk * n + j);
-            }
-        }
-    }
-}
-
-/// [`row_avx512`] with 8-float vectors, AVX2 + FMA.
+/// four rows of B at a time, AVX2 + FMA; the last partial vector by a plain loop.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn row_avx2(out: &mut [f32], a: &[f32], b: *const f32, (k, n): (usize, usize)) {
@@ -303,7 +261,7 @@ unsafe fn row_avx2(out: &mut [f32], a: &[f32], b: *const f32, (k, n): (usize, us
     let whole = w / 8 * 8;
     let o = out.as_mut_ptr();
     let mut kk = 0;
-    // SAFETY: as in `row_avx512`.
+    // SAFETY: rows kk..kk + 4 ≤ k of B at columns < w of the range; out holds w floats.
     unsafe {
         while kk + 4 <= k {
             let (x0, x1, x2, x3) = (
@@ -341,37 +299,59 @@ unsafe fn row_avx2(out: &mut [f32], a: &[f32], b: *const f32, (k, n): (usize, us
     }
 }
 
-/// Columns j0..j1 (whole 32-column panels) of `c += a · b`, AVX-512.
+/// A kernel of one [R, panel] tile of C over rows k0..k1 of B (see [`tile_avx512`]).
+type Tile = unsafe fn(*mut f32, *const f32, *const f32, (usize, usize), (usize, usize), bool);
+
+/// The AVX-512 tiles of 1..=MR rows.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn columns_avx512(
+const TILES_AVX512: [Tile; MR] = [
+    tile_avx512::<1>,
+    tile_avx512::<2>,
+    tile_avx512::<3>,
+    tile_avx512::<4>,
+    tile_avx512::<5>,
+    tile_avx512::<6>,
+    tile_avx512::<7>,
+    tile_avx512::<8>,
+];
+
+/// The AVX2 tiles of 1..=MR rows.
+#[cfg(target_arch = "x86_64")]
+const TILES_AVX2: [Tile; MR] = [
+    tile_avx2::<1>,
+    tile_avx2::<2>,
+    tile_avx2::<3>,
+    tile_avx2::<4>,
+    tile_avx2::<5>,
+    tile_avx2::<6>,
+    tile_avx2::<7>,
+    tile_avx2::<8>,
+];
+
+/// Columns j0..j1 (whole panels of `panel` columns) of `c += a · b`: per block of `KC` rows of B
+/// and per panel, the rows of A in groups of up to `MR`, each through its level's tile (the first
+/// group prefetching the block).
+///
+/// # Safety
+/// a, b and c hold m × k, k × n and m × n floats, j1 ≤ n, and `tiles` are the running CPU's.
+unsafe fn columns(
     c: *mut f32,
     a: *const f32,
     b: *const f32,
     (m, k, n): (usize, usize, usize),
     (j0, j1): (usize, usize),
+    (panel, tiles): (usize, &[Tile; MR]),
 ) {
     for k0 in (0..k).step_by(KC) {
         let k1 = (k0 + KC).min(k);
-        for j in (j0..j1).step_by(32) {
+        for j in (j0..j1).step_by(panel) {
             let mut i0 = 0;
             while i0 < m {
                 let rows = (m - i0).min(MR);
-                let prefetch = i0 == 0;
-                // SAFETY: rows i0..i0 + rows of A and C, rows k0..k1 and columns j..j + 32 of B.
+                // SAFETY: rows i0..i0 + rows of A and C, rows k0..k1 and the panel's columns of B.
                 unsafe {
                     let (a, c) = (a.add(i0 * k), c.add(i0 * n + j));
-                    let b = b.add(j);
-                    match rows {
-                        8 => tile_avx512::<8>(c, a, b, (k, n), (k0, k1), prefetch),
-                        7 => tile_avx512::<7>(c, a, b, (k, n), (k0, k1), prefetch),
-                        6 => tile_avx512::<6>(c, a, b, (k, n), (k0, k1), prefetch),
-                        5 => tile_avx512::<5>(c, a, b, (k, n), (k0, k1), prefetch),
-                        4 => tile_avx512::<4>(c, a, b, (k, n), (k0, k1), prefetch),
-                        3 => tile_avx512::<3>(c, a, b, (k, n), (k0, k1), prefetch),
-                        2 => tile_avx512::<2>(c, a, b, (k, n), (k0, k1), prefetch),
-                        _ => tile_avx512::<1>(c, a, b, (k, n), (k0, k1), prefetch),
-                    }
+                    tiles[rows - 1](c, a, b.add(j), (k, n), (k0, k1), i0 == 0);
                 }
                 i0 += rows;
             }
@@ -418,44 +398,6 @@ unsafe fn tile_avx512<const R: usize>(
         for (r, row) in acc.iter().enumerate() {
             _mm512_storeu_ps(c.add(r * n), row[0]);
             _mm512_storeu_ps(c.add(r * n + 16), row[1]);
-        }
-    }
-}
-
-/// Columns j0..j1 (whole 16-column panels) of `c += a · b`, AVX2 + FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn columns_avx2(
-    c: *mut f32,
-    a: *const f32,
-    b: *const f32,
-    (m, k, n): (usize, usize, usize),
-    (j0, j1): (usize, usize),
-) {
-    for k0 in (0..k).step_by(KC) {
-        let k1 = (k0 + KC).min(k);
-        for j in (j0..j1).step_by(16) {
-            let mut i0 = 0;
-            while i0 < m {
-                let rows = (m - i0).min(MR);
-                let prefetch = i0 == 0;
-                // SAFETY: rows i0..i0 + rows of A and C, rows k0..k1 and columns j..j + 16 of B.
-                unsafe {
-                    let (a, c) = (a.add(i0 * k), c.add(i0 * n + j));
-                    let b = b.add(j);
-                    match rows {
-                        8 => tile_avx2::<8>(c, a, b, (k, n), (k0, k1), prefetch),
-                        7 => tile_avx2::<7>(c, a, b, (k, n), (k0, k1), prefetch),
-                        6 => tile_avx2::<6>(c, a, b, (k, n), (k0, k1), prefetch),
-                        5 => tile_avx2::<5>(c, a, b, (k, n), (k0, k1), prefetch),
-                        4 => tile_avx2::<4>(c, a, b, (k, n), (k0, k1), prefetch),
-                        3 => tile_avx2::<3>(c, a, b, (k, n), (k0, k1), prefetch),
-                        2 => tile_avx2::<2>(c, a, b, (k, n), (k0, k1), prefetch),
-                        _ => tile_avx2::<1>(c, a, b, (k, n), (k0, k1), prefetch),
-                    }
-                }
-                i0 += rows;
-            }
         }
     }
 }
