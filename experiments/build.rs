@@ -10,16 +10,7 @@ use std::path::Path;
 
 const PROFILES: [&str; 3] = ["smoke", "cpu", "paper"];
 
-/// `git ARGS` in the repository, its output trimmed, if git runs and succeeds.
-fn git(args: &[&str]) -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())?;
-    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
+include!("../crates/training/src/git_state.rs");
 
 /// Sets `REPRO_BUILD_COMMIT`, rerun when a commit, the index or any source file changes.
 fn build_commit() {
@@ -30,24 +21,13 @@ fn build_commit() {
             manifest.join(watched).display()
         );
     }
-    if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+    if let Some(git_dir) = git_in(Some(manifest), &["rev-parse", "--absolute-git-dir"]) {
         for watched in ["HEAD", "index", "refs/heads", "packed-refs"] {
             println!("cargo:rerun-if-changed={git_dir}/{watched}");
         }
     }
-    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    let dirty = git(&[
-        "status",
-        "--porcelain",
-        "--untracked-files=no",
-        "--",
-        ":/",
-        ":(top,exclude)results",
-        ":(top,exclude)runs",
-    ])
-    .is_some_and(|s| !s.is_empty());
-    let suffix = if dirty { "-dirty" } else { "" };
-    println!("cargo:rustc-env=REPRO_BUILD_COMMIT={commit}{suffix}");
+    let commit = tree_commit(Some(manifest));
+    println!("cargo:rustc-env=REPRO_BUILD_COMMIT={commit}");
 }
 
 fn main() {

@@ -1,7 +1,6 @@
 //! Provenance saved beside every result: git commit, device, versions, date, command line.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
@@ -39,33 +38,7 @@ pub fn set_build_commit(commit: &str) {
     let _ = BUILD_COMMIT.set(commit.to_string());
 }
 
-/// The working tree's commit, with `-dirty` as [`Provenance::git_commit`] describes.
-fn working_tree_commit() -> String {
-    let git = |args: &[&str]| {
-        Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    let dirty = git(&[
-        "status",
-        "--porcelain",
-        "--untracked-files=no",
-        "--",
-        ":/",
-        ":(top,exclude)results",
-        ":(top,exclude)runs",
-    ])
-    .is_some_and(|s| !s.is_empty());
-    if dirty {
-        format!("{commit}-dirty")
-    } else {
-        commit
-    }
-}
+include!("git_state.rs");
 
 impl Provenance {
     /// Collects the provenance of this run on `device`.
@@ -74,7 +47,7 @@ impl Provenance {
             git_commit: BUILD_COMMIT
                 .get()
                 .cloned()
-                .unwrap_or_else(working_tree_commit),
+                .unwrap_or_else(|| tree_commit(None)),
             device,
             simd_level: model::fused::simd::SimdLevel::selected().name(),
             burn_version: "0.22.1",
