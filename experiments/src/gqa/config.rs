@@ -201,7 +201,7 @@ pub struct PipelineConfig {
     /// Directory of the stage runs; empty: `<out>/stages`. Experiments naming the same directory
     /// share every stage they have in common (each stage records its whole lineage and is reused
     /// only when that matches): the cpu configs of gqa_table1 / fig4 / fig5 share
-    /// `results/gqa_cpu_stages_kv32`, so the three figures rest on the same pre-trained models.
+    /// `results/gqa_table1/stages`, so the three figures rest on the same pre-trained models.
     #[serde(default)]
     pub stages: String,
     /// The learning rate of uptraining: `continue` (the default) the pre-training schedule where
