@@ -79,22 +79,18 @@ pub fn skinny_product_acc(
         (m * k, k * n, m * n),
         "skinny product operand sizes"
     );
-    let panel = match level {
-        SimdLevel::Avx512 => 32,
-        SimdLevel::Avx2 => 16,
-        SimdLevel::Scalar => return false,
-    };
     if !takes(level, m) {
         return false;
     }
-    #[cfg(target_arch = "x86_64")]
-    if level == SimdLevel::Avx512 && m <= STREAM_ROWS_MAX {
-        rows_stream_avx512(c, a, b, (m, k, n));
+    let streamed_rows = match level {
+        SimdLevel::Avx512 => STREAM_ROWS_MAX,
+        _ => 1,
+    };
+    if m <= streamed_rows {
+        rows_stream(level, c, a, b, (m, k, n));
         return true;
     }
-    if m == 1 {
-        return row_stream(level, c, a, b, (k, n));
-    }
+    let panel = if level == SimdLevel::Avx512 { 32 } else { 16 };
     let whole = n / panel * panel;
     let task = panel * PANELS_PER_TASK;
     let shared = SharedC(c.as_mut_ptr());
@@ -135,41 +131,21 @@ pub fn skinny_product_acc(
     true
 }
 
-/// `c += a · b` for one row a [k]: every thread streams whole runs of B's rows (a contiguous
-/// range of columns of each row, 4 rows at a time), the row of C's range held in L1.
-fn row_stream(
-    level: SimdLevel,
-    c: &mut [f32],
-    a: &[f32],
-    b: &[f32],
-    (k, n): (usize, usize),
-) -> bool {
-    let tasks = rayon::current_num_threads().max(1) * ROW_STREAM_TASKS_PER_THREAD;
-    let width = n.div_ceil(tasks).next_multiple_of(16).max(16);
-    c.par_chunks_mut(width).enumerate().for_each(|(t, out)| {
-        let j0 = t * width;
-        // SAFETY: out is columns j0..j0 + out.len() of the one row of C; a holds k floats and b
-        // k × n, and j0 + out.len() ≤ n.
-        unsafe {
-            match level {
-                #[cfg(target_arch = "x86_64")]
-                SimdLevel::Avx2 => row_avx2(out, a, b.as_ptr().add(j0), (k, n)),
-                _ => unreachable!("no skinny kernel at this level"),
-            }
-        }
-    });
-    true
-}
-
-/// Rows up to which AVX-512 streams B's rows for all of C's rows at once ([`rows_stream_avx512`]):
+/// Rows up to which AVX-512 streams B's rows for all of C's rows at once ([`rows_stream`]):
 /// at 2–4 rows it reads B about twice as fast as the register tiles (`skinny_bench`: the XXL
 /// feed-forward at 4 rows 38 → 64 GFLOP/s), at 8 rows no faster, its C updates then dominating.
 const STREAM_ROWS_MAX: usize = 4;
 
-/// `c += a · b` for 1..=4 rows: each thread streams contiguous runs of B's rows (a range of
-/// columns) and updates every row of C's range from each, AVX-512.
-#[cfg(target_arch = "x86_64")]
-fn rows_stream_avx512(c: &mut [f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) {
+/// `c += a · b` for the few rows the level streams (1..=`STREAM_ROWS_MAX` with AVX-512, one with
+/// AVX2): each thread streams contiguous runs of B's rows (a range of columns) and updates every row
+/// of C's range from each, that range of C held in L1.
+fn rows_stream(
+    level: SimdLevel,
+    c: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    (m, k, n): (usize, usize, usize),
+) {
     let tasks = rayon::current_num_threads().max(1) * ROW_STREAM_TASKS_PER_THREAD;
     let width = n.div_ceil(tasks).next_multiple_of(16).max(16);
     let shared = SharedC(c.as_mut_ptr());
@@ -180,12 +156,23 @@ fn rows_stream_avx512(c: &mut [f32], a: &[f32], b: &[f32], (m, k, n): (usize, us
             let (c, b) = (shared.ptr().add(j0), b.as_ptr().add(j0));
             let a = a.as_ptr();
             let w = j1 - j0;
-            match m {
-                1 => rows_avx512::<1, 4>(c, a, b, (k, n), w),
-                2 => rows_avx512::<2, 4>(c, a, b, (k, n), w),
-                3 => rows_avx512::<3, 4>(c, a, b, (k, n), w),
-                4 => rows_avx512::<4, 4>(c, a, b, (k, n), w),
-                _ => unreachable!("rows_stream_avx512 takes 1..=STREAM_ROWS_MAX rows"),
+            match (level, m) {
+                #[cfg(target_arch = "x86_64")]
+                (SimdLevel::Avx512, 1) => rows_avx512::<1, 4>(c, a, b, (k, n), w),
+                #[cfg(target_arch = "x86_64")]
+                (SimdLevel::Avx512, 2) => rows_avx512::<2, 4>(c, a, b, (k, n), w),
+                #[cfg(target_arch = "x86_64")]
+                (SimdLevel::Avx512, 3) => rows_avx512::<3, 4>(c, a, b, (k, n), w),
+                #[cfg(target_arch = "x86_64")]
+                (SimdLevel::Avx512, 4) => rows_avx512::<4, 4>(c, a, b, (k, n), w),
+                #[cfg(target_arch = "x86_64")]
+                (SimdLevel::Avx2, 1) => row_avx2(
+                    std::slice::from_raw_parts_mut(c, w),
+                    std::slice::from_raw_parts(a, k),
+                    b,
+                    (k, n),
+                ),
+                _ => unreachable!("rows_stream takes the rows its level streams"),
             }
         }
     });
@@ -249,7 +236,7 @@ unsafe fn rows_avx512<const R: usize, const KU: usize>(
     }
 }
 
-/// Column ranges per thread of [`row_stream`].
+/// Column ranges per thread of [`rows_stream`].
 const ROW_STREAM_TASKS_PER_THREAD: usize = 2;
 
 /// `out += Σ_k a[k] · B[k, range]` with `b` at the range's first column of row 0 (row stride n),
