@@ -2,7 +2,10 @@
 //! against gemm at a decoding step's shapes (T5-XXL per-layer widths), per number of rows: GFLOP/s
 //! and B's bytes read per second, the best of several calls, on every thread.
 //!
-//! `cargo run --release -p model --example skinny_bench [-- ROWS...]`
+//! `cargo run --release -p model --example skinny_bench [-- ROWS...]`; `SK_COPIES=N` calls each
+//! product on N copies of B in turn (6 puts them past this machine's last-level cache, as a
+//! decoding step's weights are), `SK_SHAPE=k,n` times one shape of one's own, `SK_HUGE=1` puts B
+//! on 2 MiB pages.
 use std::time::Instant;
 
 use model::fused::simd::SimdLevel;
@@ -87,8 +90,27 @@ fn main() {
         "| shape | rows | gemm GFLOP/s | skinny GFLOP/s | gemm GB/s of B | skinny GB/s of B | max abs diff |"
     );
     println!("|---|---|---|---|---|---|---|");
-    for (what, k, n) in SHAPES {
-        let b = huge(k * n);
+    // `SK_SHAPE=k,n` times one shape of one's own instead of the three.
+    let own = std::env::var("SK_SHAPE").ok().map(|s| {
+        let v: Vec<usize> = s
+            .split(',')
+            .map(|x| x.parse().expect("SK_SHAPE is k,n"))
+            .collect();
+        ("SK_SHAPE", v[0], v[1])
+    });
+    let shapes: Vec<(&str, usize, usize)> = match own {
+        Some(shape) => vec![shape],
+        None => SHAPES.to_vec(),
+    };
+    for (what, k, n) in shapes {
+        // Distinct copies of B, called in turn, so that their total passes the last-level cache
+        // as a decoding step's weights do (`SK_COPIES`, default 1).
+        let copies: usize = std::env::var("SK_COPIES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1);
+        let bs: Vec<&[f32]> = (0..copies).map(|_| &*huge(k * n)).collect();
+        let b = bs[0];
         for &m in &rows {
             let a: Vec<f32> = (0..m * k)
                 .map(|i| ((i * 104729) % 997) as f32 / 997.0 - 0.5)
@@ -106,9 +128,14 @@ fn main() {
                 .map(|(x, y)| (x - y).abs())
                 .fold(0f32, f32::max);
             let reps = 7;
-            let tg = best(reps, || gemm_acc(&mut c1, &a, b, (m, k, n)));
+            let mut turn = 0;
+            let tg = best(reps, || {
+                turn += 1;
+                gemm_acc(&mut c1, &a, bs[turn % copies], (m, k, n))
+            });
             let ts = best(reps, || {
-                skinny_product_acc(level, &mut c2, &a, b, (m, k, n));
+                turn += 1;
+                skinny_product_acc(level, &mut c2, &a, bs[turn % copies], (m, k, n));
             });
             let flops = 2.0 * (m * k * n) as f64;
             let bytes = 4.0 * (k * n) as f64;

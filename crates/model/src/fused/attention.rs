@@ -212,6 +212,13 @@ impl AttnInputs {
         }
     }
 
+    /// Whether a block of `rows` query rows, run single-threaded, takes the direct loops
+    /// ([`direct_scores`], [`direct_values`]) instead of two gemm calls: a decoding step's blocks
+    /// (one row per query element), for which a call's set-up costs more than its product.
+    fn direct(&self, rows: usize, par: Threads) -> bool {
+        !self.transpose_keys && rows <= DIRECT_MAX_ROWS && par == Threads::PerBatch
+    }
+
     /// Offset of key/value element `kv`'s keys in k.
     fn key_offset(&self, kv: usize) -> usize {
         kv * self.s_alloc * self.dk
@@ -306,19 +313,26 @@ impl AttnInputs {
             )
         };
         let qp = q[(b * self.t + i0) * dk..].as_ptr();
-        // SAFETY: rows × dk of q from row i0 are inside b's slice; Kᵀ's dk rows have S ≥ kmax
-        // columns, or the K/V element's S ≥ kmax keys of dk are inside k; buf holds rows × kmax.
-        unsafe {
-            matmul(
-                (rows, kmax, dk),
-                buf.as_mut_ptr(),
-                kmax,
-                false,
-                (qp, dk, 1),
-                keys,
-                self.spec.scale,
-                par.gemm(),
-            );
+        if self.direct(rows, par) {
+            let keys = &slice(&self.k)[self.key_offset(b / self.r)..][..kmax * dk];
+            let q = &q[(b * self.t + i0) * dk..][..rows * dk];
+            direct_scores(self.level, q, keys, dk, self.spec.scale, buf);
+        } else {
+            // SAFETY: rows × dk of q from row i0 are inside b's slice; Kᵀ's dk rows have
+            // S ≥ kmax columns, or the K/V element's S ≥ kmax keys of dk are inside k; buf holds
+            // rows × kmax.
+            unsafe {
+                matmul(
+                    (rows, kmax, dk),
+                    buf.as_mut_ptr(),
+                    kmax,
+                    false,
+                    (qp, dk, 1),
+                    keys,
+                    self.spec.scale,
+                    par.gemm(),
+                );
+            }
         }
         let (t, s, level) = (self.t, self.s, self.level);
         let bias = self.bias.as_ref().map(|bias| {
@@ -358,6 +372,51 @@ impl AttnInputs {
             buf.par_chunks_mut(kmax).enumerate().for_each(fix_row);
         }
     }
+}
+
+/// Most query rows of a block that [`AttnInputs::direct`] runs through the direct loops.
+const DIRECT_MAX_ROWS: usize = 4;
+
+/// `buf[i, j] = scale · q_i · k_j` for query rows q [rows, dk] and keys [kmax, dk] read in place
+/// (buf [rows, kmax]): one dot product per entry, each key read once per row.
+fn direct_scores(
+    level: simd::SimdLevel,
+    q: &[f32],
+    keys: &[f32],
+    dk: usize,
+    scale: f32,
+    buf: &mut [f32],
+) {
+    let kmax = keys.len() / dk;
+    level.run(
+        #[inline(always)]
+        || {
+            for (qi, row) in q.chunks_exact(dk).zip(buf.chunks_exact_mut(kmax)) {
+                for (x, key) in row.iter_mut().zip(keys.chunks_exact(dk)) {
+                    *x = scale * simd::dot(qi, key);
+                }
+            }
+        },
+    )
+}
+
+/// `out_i = Σ_j p[i, j] · v_j` for probabilities p [rows, kmax] and values [kmax, dv] read in
+/// place (out [rows, dv], overwritten).
+fn direct_values(level: simd::SimdLevel, p: &[f32], values: &[f32], dv: usize, out: &mut [f32]) {
+    let kmax = values.len() / dv;
+    level.run(
+        #[inline(always)]
+        || {
+            for (pi, o) in p.chunks_exact(kmax).zip(out.chunks_exact_mut(dv)) {
+                o.fill(0.0);
+                for (&w, v) in pi.iter().zip(values.chunks_exact(dv)) {
+                    for (x, &y) in o.iter_mut().zip(v) {
+                        *x += w * y;
+                    }
+                }
+            }
+        },
+    )
 }
 
 /// Applies the score function in place to one row of scores; returns the row's log-sum-exp
@@ -498,6 +557,12 @@ fn attn_forward_one(
                         || score_row(score, row),
                     )
                 });
+        }
+        if x.direct(rows, par) {
+            let values = &v[x.value_offset(b / x.r)..][..kmax * x.dv];
+            let out = &mut out[i0 * x.dv..i1 * x.dv];
+            direct_values(x.level, &buf[..len], values, x.dv, out);
+            continue;
         }
         // SAFETY: buf is rows × kmax, v's kmax × dv rows are inside b's K/V element, out holds
         // T × dv.

@@ -10,18 +10,27 @@
 //!   prefetchers follow; with AVX-512 likewise up to `STREAM_ROWS_MAX` rows, each vector of B
 //!   applied to every row of C;
 //! - more rows: each thread takes ranges of `PANELS_PER_TASK` panels of 32 (AVX-512) or 16 (AVX2)
-//!   columns; per block of `KC` rows of B (a panel's block stays in L1), the rows of A go through
-//!   in groups of up to `MR`, each group's [MR, panel] tile of C held in registers across the
-//!   block and updated with one fused multiply-add per element of the tile per row of B. The first
-//!   group's pass loads the block from memory, with a software prefetch `PREFETCH_ROWS` rows ahead
-//!   (a panel's consecutive rows are a whole row of B apart, a stride the hardware prefetchers do
-//!   not follow across pages); the other groups find it in L1.
+//!   columns; per block of `KC` rows of B, panel after panel, the rows of A go through in groups
+//!   of up to `MR`, each group's [MR, panel] tile of C held in registers across the block and
+//!   updated with one fused multiply-add per element of the tile per row of B.
+//!
+//! Why blocks of so few rows: a panel's consecutive rows are a whole row of B apart, a stride the
+//! hardware prefetchers do not follow. With `KC` = 16 the block's rows are 16 pages read forward
+//! panel after panel, few enough streams for the L2 streamer to track and run ahead on, so the
+//! products read B at close to the bandwidth of a plain sequential read; with 128 rows per block
+//! they read it at half of that. The first group's pass also prefetches `PREFETCH_ROWS` rows
+//! ahead in software and copies the block into a contiguous buffer that the later groups read
+//! (rows of B a power-of-two stride apart share a few L1 sets); A's block is copied once per block
+//! into [KC, m] order, so that a tile's broadcasts at one depth are adjacent floats.
 //!
 //! At the scalar level the product stays with gemm. Columns past the last whole panel are done by
 //! a plain loop. `cargo run --release -p model --example skinny_bench` times both against each
-//! other at T5-XXL's decoding shapes; on a 2-core AVX-512 Xeon (GFLOP/s, gemm → here): the
-//! 4096 × 10240 feed-forward 7.2 → 21.0 at 1 row, 36 → 68 at 8, 78 → 131 at 32; the 4096 × 32128 LM
-//! head 7.1 → 15.5, 35 → 58, 94 → 147.
+//! other at T5-XXL's decoding shapes, each call on another copy of B so that B comes from memory
+//! as in a decoding step (`SK_COPIES=6`); on a 2-core AVX-512 Xeon (GFLOP/s, gemm → here): the
+//! 4096 × 10240 feed-forward 7.7 → 14.0 at 1 row, 32 → 79 at 8, 75 → 149 at 32; the 4096 × 32128
+//! LM head 8.2 → 15.0, 34 → 101, 90 → 204 (B read at 28–30 GB/s at one row, 20–29 at 8). The
+//! 32-row tiles run at about half the machine's product rate even on a B that stays in cache:
+//! their C tile is loaded and stored once per 16-row block.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -36,14 +45,17 @@ pub const SKINNY_MAX_ROWS: usize = 32;
 /// Rows of A per register tile (the tile is MR × 2 vector registers: 16 accumulators).
 const MR: usize = 8;
 
-/// Rows of B per block: a block of one AVX-512 panel is 128 × 32 floats, 16 KiB.
-const KC: usize = 128;
+/// Rows of B per block (see the module's docs): a block of one AVX-512 panel is 16 × 32 floats,
+/// 2 KiB; `skinny_bench` with B from memory, 8 rows: 16 rows per block 80–108 GFLOP/s, 32 rows
+/// 45–110 (the 40 KiB row stride of the feed-forward the slowest), 128 rows 45–55.
+const KC: usize = 16;
 
 /// Rows of B ahead that the first group's pass prefetches.
-const PREFETCH_ROWS: usize = 16;
+const PREFETCH_ROWS: usize = 32;
 
-/// Panels per parallel task (a task is a contiguous range of columns).
-const PANELS_PER_TASK: usize = 16;
+/// Panels per parallel task (a task is a contiguous range of columns): 32 AVX-512 panels are 4
+/// KiB of each row of B, a page, which a block's pass reads forward from start to end.
+const PANELS_PER_TASK: usize = 32;
 
 /// A raw pointer to C shared by the tasks, each of which writes only its own columns.
 #[derive(Clone, Copy)]
@@ -286,8 +298,20 @@ unsafe fn row_avx2(out: &mut [f32], a: &[f32], b: *const f32, (k, n): (usize, us
     }
 }
 
-/// A kernel of one [R, panel] tile of C over rows k0..k1 of B (see [`tile_avx512`]).
-type Tile = unsafe fn(*mut f32, *const f32, *const f32, (usize, usize), (usize, usize), bool);
+/// Where a tile reads its block of B, and what it does with it beside the product.
+#[derive(Clone, Copy)]
+enum Block {
+    /// From B in place (row stride n), prefetching `PREFETCH_ROWS` ahead and copying each row of
+    /// the block into `pack` (a [KC, panel] buffer) for the row groups after it.
+    First { pack: *mut f32 },
+    /// From B in place, prefetching: the block's only pass (no copy needed).
+    Only,
+    /// From the packed copy the first group wrote (row stride = the panel's width).
+    Packed { pack: *const f32 },
+}
+
+/// A kernel of one [R, panel] tile of C over a block of B (see [`tile_avx512`]).
+type Tile = unsafe fn(*mut f32, usize, (*const f32, usize), *const f32, usize, Block);
 
 /// The AVX-512 tiles of 1..=MR rows.
 #[cfg(target_arch = "x86_64")]
@@ -329,16 +353,36 @@ unsafe fn columns(
     (j0, j1): (usize, usize),
     (panel, tiles): (usize, &[Tile; MR]),
 ) {
+    // The block's copy for the row groups after the first: contiguous, so that its rows do not
+    // share the few L1 sets that rows a power-of-two stride apart in B map to.
+    let mut pack = [0f32; KC * 32];
+    let pack = pack.as_mut_ptr();
+    // The block of A, [KC, m] (a row of A's block per column), so that a tile's broadcasts of
+    // its rows at one depth are adjacent floats instead of floats a whole row of A apart.
+    let mut a_block = [0f32; KC * SKINNY_MAX_ROWS];
     for k0 in (0..k).step_by(KC) {
         let k1 = (k0 + KC).min(k);
+        for t in 0..k1 - k0 {
+            for i in 0..m {
+                // SAFETY: row i < m, column k0 + t < k of A.
+                a_block[t * m + i] = unsafe { *a.add(i * k + k0 + t) };
+            }
+        }
         for j in (j0..j1).step_by(panel) {
             let mut i0 = 0;
             while i0 < m {
                 let rows = (m - i0).min(MR);
-                // SAFETY: rows i0..i0 + rows of A and C, rows k0..k1 and the panel's columns of B.
+                let block = match (i0, m <= MR) {
+                    (0, true) => Block::Only,
+                    (0, false) => Block::First { pack },
+                    _ => Block::Packed { pack },
+                };
+                // SAFETY: rows i0..i0 + rows of A and C, rows k0..k1 and the panel's columns of B;
+                // the pack holds KC rows of a panel of at most 32 columns.
                 unsafe {
-                    let (a, c) = (a.add(i0 * k), c.add(i0 * n + j));
-                    tiles[rows - 1](c, a, b.add(j), (k, n), (k0, k1), i0 == 0);
+                    let a = (a_block.as_ptr().add(i0), m);
+                    let b = b.add(k0 * n + j);
+                    tiles[rows - 1](c.add(i0 * n + j), n, a, b, k1 - k0, block);
                 }
                 i0 += rows;
             }
@@ -347,17 +391,40 @@ unsafe fn columns(
 }
 
 /// One [R, 32] tile of C (row stride n) plus rows k0..k1 of A (row stride k) times the same rows
-/// of B's 32-column panel (row stride n), AVX-512.
+/// of B's 32-column panel (row stride n), AVX-512, the block read as `block` says.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
 unsafe fn tile_avx512<const R: usize>(
     c: *mut f32,
-    a: *const f32,
+    n: usize,
+    a: (*const f32, usize),
     b: *const f32,
-    (k, n): (usize, usize),
-    (k0, k1): (usize, usize),
-    prefetch: bool,
+    depth: usize,
+    block: Block,
+) {
+    // SAFETY: the caller's ranges (see `columns`); the pack holds the block's k1 - k0 rows.
+    unsafe {
+        match block {
+            Block::Only => pass_avx512::<R, true>(c, n, a, (b, n), depth, None),
+            Block::First { pack } => pass_avx512::<R, true>(c, n, a, (b, n), depth, Some(pack)),
+            Block::Packed { pack } => pass_avx512::<R, false>(c, n, a, (pack, 32), depth, None),
+        }
+    }
+}
+
+/// The pass of [`tile_avx512`] over a block whose row kk is at `src + (kk - k0) · stride`,
+/// prefetching `PREFETCH_ROWS` rows ahead if `PREFETCH` and copying each row into `pack` if given.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn pass_avx512<const R: usize, const PREFETCH: bool>(
+    c: *mut f32,
+    n: usize,
+    (a, a_stride): (*const f32, usize),
+    (src, stride): (*const f32, usize),
+    depth: usize,
+    pack: Option<*mut f32>,
 ) {
     // SAFETY (the whole body): the caller's ranges; the prefetch address may pass B's end, which a
     // prefetch does not fault on (it is computed with wrapping arithmetic).
@@ -367,17 +434,22 @@ unsafe fn tile_avx512<const R: usize>(
             row[0] = _mm512_loadu_ps(c.add(r * n));
             row[1] = _mm512_loadu_ps(c.add(r * n + 16));
         }
-        for kk in k0..k1 {
-            let bp = b.add(kk * n);
-            if prefetch {
-                let ahead = bp.wrapping_add(PREFETCH_ROWS * n) as *const i8;
+        for t in 0..depth {
+            let bp = src.add(t * stride);
+            if PREFETCH {
+                let ahead = bp.wrapping_add(PREFETCH_ROWS * stride) as *const i8;
                 _mm_prefetch::<_MM_HINT_T0>(ahead);
                 _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
             }
             let b0 = _mm512_loadu_ps(bp);
             let b1 = _mm512_loadu_ps(bp.add(16));
+            if let Some(pack) = pack {
+                let p = pack.add(t * 32);
+                _mm512_storeu_ps(p, b0);
+                _mm512_storeu_ps(p.add(16), b1);
+            }
             for (r, row) in acc.iter_mut().enumerate() {
-                let x = _mm512_set1_ps(*a.add(r * k + kk));
+                let x = _mm512_set1_ps(*a.add(t * a_stride + r));
                 row[0] = _mm512_fmadd_ps(x, b0, row[0]);
                 row[1] = _mm512_fmadd_ps(x, b1, row[1]);
             }
@@ -395,29 +467,56 @@ unsafe fn tile_avx512<const R: usize>(
 #[inline]
 unsafe fn tile_avx2<const R: usize>(
     c: *mut f32,
-    a: *const f32,
+    n: usize,
+    a: (*const f32, usize),
     b: *const f32,
-    (k, n): (usize, usize),
-    (k0, k1): (usize, usize),
-    prefetch: bool,
+    depth: usize,
+    block: Block,
 ) {
     // SAFETY: as in `tile_avx512`.
+    unsafe {
+        match block {
+            Block::Only => pass_avx2::<R, true>(c, n, a, (b, n), depth, None),
+            Block::First { pack } => pass_avx2::<R, true>(c, n, a, (b, n), depth, Some(pack)),
+            Block::Packed { pack } => pass_avx2::<R, false>(c, n, a, (pack, 16), depth, None),
+        }
+    }
+}
+
+/// [`pass_avx512`] with 16-column panels, AVX2 + FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn pass_avx2<const R: usize, const PREFETCH: bool>(
+    c: *mut f32,
+    n: usize,
+    (a, a_stride): (*const f32, usize),
+    (src, stride): (*const f32, usize),
+    depth: usize,
+    pack: Option<*mut f32>,
+) {
+    // SAFETY: as in `pass_avx512`.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         for (r, row) in acc.iter_mut().enumerate() {
             row[0] = _mm256_loadu_ps(c.add(r * n));
             row[1] = _mm256_loadu_ps(c.add(r * n + 8));
         }
-        for kk in k0..k1 {
-            let bp = b.add(kk * n);
-            if prefetch {
-                let ahead = bp.wrapping_add(PREFETCH_ROWS * n) as *const i8;
+        for t in 0..depth {
+            let bp = src.add(t * stride);
+            if PREFETCH {
+                let ahead = bp.wrapping_add(PREFETCH_ROWS * stride) as *const i8;
                 _mm_prefetch::<_MM_HINT_T0>(ahead);
             }
             let b0 = _mm256_loadu_ps(bp);
             let b1 = _mm256_loadu_ps(bp.add(8));
+            if let Some(pack) = pack {
+                let p = pack.add(t * 16);
+                _mm256_storeu_ps(p, b0);
+                _mm256_storeu_ps(p.add(8), b1);
+            }
             for (r, row) in acc.iter_mut().enumerate() {
-                let x = _mm256_set1_ps(*a.add(r * k + kk));
+                let x = _mm256_set1_ps(*a.add(t * a_stride + r));
                 row[0] = _mm256_fmadd_ps(x, b0, row[0]);
                 row[1] = _mm256_fmadd_ps(x, b1, row[1]);
             }

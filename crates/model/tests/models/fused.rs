@@ -172,7 +172,8 @@ fn grouped_attention_matches_expanded_heads_outputs_and_gradients() {
 /// same thing written with K and V expanded to H heads and the bias built densely, in burn ops.
 /// Outputs on the plain device; the gradients of Q, K, V and the table on the autodiff device,
 /// with the forward's probabilities kept and recomputed. One sequence with G = 1 runs the key/value
-/// elements one at a time (threads inside), the rest in parallel.
+/// elements one at a time (threads inside), the rest in parallel; blocks of up to four query rows
+/// run in parallel take the direct loops instead of gemm.
 fn grouped_attention_matches_expanded_heads_at_this_level() {
     let (h, dk) = (4, 8);
     for (b, g, t, s, causal) in [
@@ -181,6 +182,10 @@ fn grouped_attention_matches_expanded_heads_at_this_level() {
         (2, 1, 37, 70, false),
         (3, 2, 37, 70, false),
         (1, 1, 45, 45, true),
+        // Decoding's few rows per query element (the direct loops, keys read in place).
+        (2, 2, 1, 70, false),
+        (3, 1, 1, 70, false),
+        (2, 4, 3, 70, false),
     ] {
         let what = format!("B {b}, H {h}, G {g}, T {t}, S {s}, causal {causal}");
         let spec = AttentionSpec {
