@@ -72,6 +72,67 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
+/// A corner of a chart's plotting area.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Corner {
+    UpperLeft,
+    UpperRight,
+    LowerLeft,
+    LowerRight,
+}
+
+impl Corner {
+    fn position(self) -> SeriesLabelPosition {
+        match self {
+            Corner::UpperLeft => SeriesLabelPosition::UpperLeft,
+            Corner::UpperRight => SeriesLabelPosition::UpperRight,
+            Corner::LowerLeft => SeriesLabelPosition::LowerLeft,
+            Corner::LowerRight => SeriesLabelPosition::LowerRight,
+        }
+    }
+}
+
+/// The corner whose legend box covers the fewest of the drawn points (the first of upper left,
+/// upper right, lower left, lower right on a tie), so that the legend hides no data where a
+/// corner is free. The box is taken as 40% of the plot's width and 6% of its height per entry
+/// (the legend's 14-pixel lines on a 600-pixel chart, with its margins). `points` and `bounds`
+/// ((x0, x1), (y0, y1)) are in the axes' drawn (transformed) coordinates.
+fn legend_corner(
+    points: &[(f64, f64)],
+    ((x0, x1), (y0, y1)): ((f64, f64), (f64, f64)),
+    entries: usize,
+) -> Corner {
+    let (w, h) = (0.4, (0.06 * entries as f64 + 0.04).min(1.0));
+    let unit = |v: f64, a: f64, b: f64| if b > a { (v - a) / (b - a) } else { 0.5 };
+    let covered = |corner: Corner| {
+        points
+            .iter()
+            .filter(|&&(x, y)| {
+                let (u, v) = (unit(x, x0, x1), unit(y, y0, y1));
+                let left = u <= w;
+                let right = u >= 1.0 - w;
+                let upper = v >= 1.0 - h;
+                let lower = v <= h;
+                match corner {
+                    Corner::UpperLeft => left && upper,
+                    Corner::UpperRight => right && upper,
+                    Corner::LowerLeft => left && lower,
+                    Corner::LowerRight => right && lower,
+                }
+            })
+            .count()
+    };
+    [
+        Corner::UpperLeft,
+        Corner::UpperRight,
+        Corner::LowerLeft,
+        Corner::LowerRight,
+    ]
+    .into_iter()
+    .min_by_key(|&c| covered(c))
+    .expect("four corners")
+}
+
 fn transform(scale: Scale, v: f64) -> f64 {
     match scale {
         Scale::Linear | Scale::LinearFromZero => v,
@@ -147,9 +208,15 @@ impl LineChart {
                 .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
                 .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         }
+        let drawn: Vec<(f64, f64)> = series
+            .iter()
+            .flat_map(|s| s.points.iter())
+            .map(|&(x, y)| (transform(xs, x), transform(ys, y)))
+            .collect();
+        let bounds = ((x0 - px, x1 + px), (y0 - py, y1 + py));
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(legend_corner(&drawn, bounds, series.len()).position())
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .label_font(("sans-serif", 14))
@@ -239,6 +306,34 @@ pub fn tick_label(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The legend goes to the first corner free of points: upper left when it is free, else the
+    /// next free one, and the corner covering fewest points when none is free.
+    #[test]
+    fn legend_takes_a_corner_free_of_points() {
+        let bounds = ((0.0, 10.0), (0.0, 10.0));
+        let middle = [(5.0, 5.0)];
+        assert_eq!(legend_corner(&middle, bounds, 3), Corner::UpperLeft);
+        let upper_left = [(1.0, 9.5), (5.0, 5.0)];
+        assert_eq!(legend_corner(&upper_left, bounds, 3), Corner::UpperRight);
+        let upper = [(1.0, 9.5), (9.0, 9.5)];
+        assert_eq!(legend_corner(&upper, bounds, 3), Corner::LowerLeft);
+        let crowded = [
+            (1.0, 9.5),
+            (1.0, 9.0),
+            (9.0, 9.5),
+            (1.0, 0.5),
+            (9.0, 0.5),
+            (9.0, 1.0),
+            (9.5, 1.0),
+        ];
+        // Upper left covers 2, upper right 1, lower left 1, lower right 3.
+        assert_eq!(legend_corner(&crowded, bounds, 3), Corner::UpperRight);
+        // A taller legend (more entries) reaches points lower down.
+        let mid_left = [(1.0, 7.0)];
+        assert_eq!(legend_corner(&mid_left, bounds, 2), Corner::UpperLeft);
+        assert_eq!(legend_corner(&mid_left, bounds, 8), Corner::UpperRight);
+    }
 
     #[test]
     fn tick_labels_keep_three_significant_digits() {
