@@ -5,6 +5,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::claim::Claim;
+use crate::gqa::decode_render::RoundRow;
 use crate::verdict::{Spread, Verdict};
 
 /// "Far faster" in G1-time: MHA's decoding step over MQA's and GQA-8's at least this (the paper's
@@ -78,15 +79,17 @@ pub(super) fn decode_claim(results: &Path) -> Claim {
         let rows = crate::gqa::decode_render::read_rows(&dir)?;
         let rounds = crate::gqa::decode_render::read_rounds(&dir)?;
         let h = rows.iter().map(|r| r.n_heads).max().context("no rows")?;
-        let step = |g: usize| -> std::collections::BTreeMap<usize, f64> {
-            rounds
-                .iter()
-                .filter(|r| r.groups == g)
-                .map(|r| (r.round, r.decoder_s_per_token))
-                .collect()
-        };
-        let ratio = |num: usize, den: usize| -> Result<Spread> {
-            let (a, b) = (step(num), step(den));
+        let time_of =
+            |g: usize, f: fn(&RoundRow) -> f64| -> std::collections::BTreeMap<usize, f64> {
+                rounds
+                    .iter()
+                    .filter(|r| r.groups == g)
+                    .map(|r| (r.round, f(r)))
+                    .collect()
+            };
+        let step = |g: usize| time_of(g, |r| r.decoder_s_per_token);
+        let ratio_of = |num: usize, den: usize, f: fn(&RoundRow) -> f64| -> Result<Spread> {
+            let (a, b) = (time_of(num, f), time_of(den, f));
             let per_round: Vec<f64> = a
                 .iter()
                 .filter_map(|(round, x)| b.get(round).map(|y| x / y))
@@ -97,7 +100,20 @@ pub(super) fn decode_claim(results: &Path) -> Claim {
             );
             Ok(Spread::quartiles(&per_round))
         };
+        let ratio = |num: usize, den: usize| ratio_of(num, den, |r| r.decoder_s_per_token);
         let (mqa, gqa8, close) = (ratio(h, 1)?, ratio(h, 8)?, ratio(8, 1)?);
+        // Beside the verdict: the same ratios without the LM head, which G does not change and
+        // which one decoder layer here makes a large part of the step (XXL has 24).
+        let without_head = if rounds.iter().all(|r| r.lm_head_s_per_token > 0.0) {
+            let layers = |r: &RoundRow| r.decoder_s_per_token - r.lm_head_s_per_token;
+            format!(
+                "; without the LM head (timed apart in the same rounds) MHA / MQA {}×, MHA / GQA-8 {}×",
+                ratio_of(h, 1, layers)?.show(2),
+                ratio_of(h, 8, layers)?.show(2)
+            )
+        } else {
+            String::new()
+        };
         let shape = rows
             .first()
             .map(|r| {
@@ -109,7 +125,7 @@ pub(super) fn decode_claim(results: &Path) -> Claim {
             .unwrap_or_default();
         Ok((
             format!(
-                "{shape}: MHA / MQA {}×, MHA / GQA-8 {}×, GQA-8 / MQA {}× (median [interquartile range] over {} interleaved rounds){}",
+                "{shape}: MHA / MQA {}×, MHA / GQA-8 {}×, GQA-8 / MQA {}× (median [interquartile range] over {} interleaved rounds){without_head}{}",
                 mqa.show(2),
                 gqa8.show(2),
                 close.show(2),
@@ -230,7 +246,49 @@ mod tests {
             machine_gflops: 100.0,
             roofline_s_per_token: 0.0,
             measured_over_roofline: 0.0,
+            lm_head_s_per_token: 0.0,
+            layers_s_per_token: 0.0,
+            layers_roofline_s_per_token: 0.0,
         }
+    }
+
+    /// G1-time from a `gqa_fig6` folder: the verdict reads the whole step's per-round ratios, and
+    /// the ratios without the LM head (step − the round's LM head time) come beside it.
+    #[test]
+    fn decode_claim_reads_the_step_and_reports_it_without_the_head() {
+        let dir = std::env::temp_dir().join(format!("g1_time_{}", std::process::id()));
+        let fig6 = dir.join("gqa_fig6");
+        std::fs::create_dir_all(&fig6).unwrap();
+        let rows = [row(64, 1e9, 3e9), row(8, 1e9, 0.5e9), row(1, 1e9, 0.0)];
+        crate::write_csv(&fig6.join("decode_time.csv"), &rows).unwrap();
+        // Step seconds per G, and an LM head of 0.1 s in every round.
+        let rounds: Vec<RoundRow> = (0..3)
+            .flat_map(|round| {
+                [(64, 0.4), (8, 0.18), (1, 0.15)].map(|(groups, step)| RoundRow {
+                    round,
+                    groups,
+                    cross_kv_s: 0.0,
+                    decoder_s: step * 64.0,
+                    decoder_s_per_token: step,
+                    lm_head_s_per_token: 0.1,
+                })
+            })
+            .collect();
+        crate::write_csv(&fig6.join("rounds.csv"), &rounds).unwrap();
+        let claim = decode_claim(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        // The whole step: MHA / MQA 2.67, MHA / GQA-8 2.22 (both above 2), GQA-8 / MQA 1.2.
+        assert_eq!(claim.verdict, Some(Verdict::Reproduced), "{}", claim.ours);
+        assert!(claim.ours.contains("MHA / MQA 2.67"), "{}", claim.ours);
+        // Without the head: 0.3 / 0.05 and 0.3 / 0.08.
+        assert!(
+            claim
+                .ours
+                .contains("without the LM head (timed apart in the same rounds) MHA / MQA 6.00"),
+            "{}",
+            claim.ours
+        );
+        assert!(claim.ours.contains("MHA / GQA-8 3.75"), "{}", claim.ours);
     }
 
     /// Bytes-bound on both machines: the predicted ratios are the byte ratios (f32 here, bf16 on

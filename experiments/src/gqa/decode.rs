@@ -115,11 +115,7 @@ impl DecodeConfig {
     /// decoded so far (mean (T + 1) / 2), the cross-attention's Q and O and its scores over the
     /// input, the gated FFN; then the LM head.
     fn flops_per_step(&self, groups: usize) -> f64 {
-        let (d, ff, vocab) = (
-            self.d_model as f64,
-            self.d_ff as f64,
-            self.vocab_size as f64,
-        );
+        let (d, ff) = (self.d_model as f64, self.d_ff as f64);
         let inner = (self.n_heads * self.d_kv) as f64;
         let kv = (groups * self.d_kv) as f64;
         let self_positions = (self.output_length as f64 + 1.0) / 2.0;
@@ -128,7 +124,7 @@ impl DecodeConfig {
             + 2.0 * 2.0 * d * inner
             + 4.0 * self.input_length as f64 * inner
             + 2.0 * 3.0 * d * ff;
-        self.batch as f64 * (self.n_decoder_layers as f64 * layer + 2.0 * d * vocab)
+        self.batch as f64 * self.n_decoder_layers as f64 * layer + self.lm_head_cost().0
     }
 
     /// Bytes of weights one decoding step reads (once for the whole batch), f32: per decoder
@@ -138,7 +134,14 @@ impl DecodeConfig {
     fn weight_bytes_per_step(&self, groups: usize) -> f64 {
         let (d, inner, kv) = (self.d_model, self.n_heads * self.d_kv, groups * self.d_kv);
         let layer = 2 * d * inner + 2 * d * kv + 2 * d * inner + 3 * d * self.d_ff;
-        (4 * (self.n_decoder_layers * layer + d * self.vocab_size)) as f64
+        (4 * self.n_decoder_layers * layer) as f64 + self.lm_head_cost().1
+    }
+
+    /// The LM head's share of a decoding step: (FLOPs, weight bytes) of the batch's [B, d] ·
+    /// [d, vocabulary] product, the same for every G.
+    fn lm_head_cost(&self) -> (f64, f64) {
+        let (d, vocab) = (self.d_model as f64, self.vocab_size as f64);
+        (2.0 * self.batch as f64 * d * vocab, 4.0 * d * vocab)
     }
 }
 
@@ -261,6 +264,14 @@ fn run(cli: &Cli, config: &DecodeConfig) -> Result<()> {
             );
             let flops = config.flops_per_step(groups);
             let roofline = roofline_seconds(flops, kv + weights, machine_gflops, machine_read_gbps);
+            let lm_head = of(|r| r.lm_head_s_per_token);
+            let (head_flops, head_bytes) = config.lm_head_cost();
+            let layers_roofline = roofline_seconds(
+                flops - head_flops,
+                kv + weights - head_bytes,
+                machine_gflops,
+                machine_read_gbps,
+            );
             DecodeRow {
                 groups,
                 n_heads: config.n_heads,
@@ -282,6 +293,9 @@ fn run(cli: &Cli, config: &DecodeConfig) -> Result<()> {
                 machine_gflops,
                 roofline_s_per_token: roofline.unwrap_or(0.0),
                 measured_over_roofline: roofline.map_or(0.0, |r| per_token / r),
+                lm_head_s_per_token: lm_head,
+                layers_s_per_token: of(|r| r.decoder_s_per_token - r.lm_head_s_per_token),
+                layers_roofline_s_per_token: layers_roofline.unwrap_or(0.0),
             }
         })
         .collect();
@@ -361,7 +375,20 @@ fn time_decoding(
     let total = config.warmup + config.repeats;
     let mut rows = Vec::new();
     let mut progress = Progress::new(total * models.len());
+    let head = &models.first().context("no models")?.1.lm_head;
+    let hidden = Tensor::<3>::random(
+        [config.batch, 1, config.d_model],
+        burn::tensor::Distribution::Normal(0.0, 1.0),
+        &encoded.device(),
+    );
     for round in 0..total {
+        // The LM head's share of a step (every G shares the head): the batch's hidden states
+        // through it, one call per step as in decoding, in the same round as the steps.
+        let start = Instant::now();
+        for _ in 0..config.output_length {
+            sync(model::layers::linear(head, hidden.clone()));
+        }
+        let lm_head_s_per_token = start.elapsed().as_secs_f64() / config.output_length as f64;
         for (groups, model) in models {
             progress.running(format!("round {round}, G = {groups}"));
             let start = Instant::now();
@@ -380,6 +407,7 @@ fn time_decoding(
                 cross_kv_s,
                 decoder_s,
                 decoder_s_per_token: decoder_s / config.output_length as f64,
+                lm_head_s_per_token,
             };
             let what = if round < config.warmup {
                 "warm-up"

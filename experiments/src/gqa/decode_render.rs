@@ -58,6 +58,17 @@ pub struct DecodeRow {
     /// Measured seconds per decoding step over the roofline's (0: no roofline).
     #[serde(default)]
     pub measured_over_roofline: f64,
+    /// The LM head's share of a step (the batch's hidden states through it, timed in the same
+    /// rounds; the same head for every G), median seconds (0: not timed).
+    #[serde(default)]
+    pub lm_head_s_per_token: f64,
+    /// The step without the LM head (the decoder layers, their norms and the embedding): the
+    /// median over rounds of step − LM head, seconds.
+    #[serde(default)]
+    pub layers_s_per_token: f64,
+    /// The roofline of the step without the LM head's FLOPs and weights, seconds (0: none).
+    #[serde(default)]
+    pub layers_roofline_s_per_token: f64,
 }
 
 /// One row of `rounds.csv`: one timed round of one group count (the interleaved measurements the
@@ -74,6 +85,9 @@ pub struct RoundRow {
     pub decoder_s: f64,
     /// Seconds per decoding step of the batch.
     pub decoder_s_per_token: f64,
+    /// The LM head's seconds per step in this round (the same head for every G; 0: not timed).
+    #[serde(default)]
+    pub lm_head_s_per_token: f64,
 }
 
 /// The GQA paper's Table 1 times (seconds per sample, T5-XXL on TPUv4, its own lengths): the
@@ -169,6 +183,9 @@ pub fn render(out: &Path) -> Result<()> {
         md += &roofline_table(&rows, mha);
         roofline_chart(out, &rows, &device)?;
     }
+    if mha.lm_head_s_per_token > 0.0 {
+        md += &layers_table(&rows, mha);
+    }
     if mha.machine_read_gbps > 0.0 {
         md += &format!(
             "\nThis machine's memory read bandwidth (every core summing a buffer far larger than its caches): \
@@ -213,6 +230,37 @@ fn roofline_table(rows: &[DecodeRow], mha: &DecodeRow) -> String {
             r.roofline_s_per_token * 1e3,
             r.decoder_s_per_token * 1e3,
             r.measured_over_roofline
+        );
+    }
+    md
+}
+
+/// The section of `table.md` on the step without the LM head: one layer here against XXL's 24,
+/// where the head is a small part of a step's weights.
+fn layers_table(rows: &[DecodeRow], mha: &DecodeRow) -> String {
+    let mut md = String::from(
+        "\nThe step without the LM head (the LM head timed apart in the same rounds; the decoder layer, its norms \
+         and the embedding remain): what G changes, without the G-independent head that one layer here makes \
+         large.\n\n\
+         | G | LM head ms / step | without the LM head, ms / step | speedup over MHA | its roofline ms | measured / roofline |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let over = |x: f64| {
+            if x > 0.0 {
+                format!("{:.2}×", r.layers_s_per_token / x)
+            } else {
+                "—".into()
+            }
+        };
+        md += &format!(
+            "| {} | {:.1} | {:.1} | {:.2}× | {:.2} | {} |\n",
+            r.groups,
+            r.lm_head_s_per_token * 1e3,
+            r.layers_s_per_token * 1e3,
+            mha.layers_s_per_token / r.layers_s_per_token,
+            r.layers_roofline_s_per_token * 1e3,
+            over(r.layers_roofline_s_per_token)
         );
     }
     md
