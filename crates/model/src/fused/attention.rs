@@ -315,8 +315,9 @@ impl AttnInputs {
         let qp = q[(b * self.t + i0) * dk..].as_ptr();
         if self.direct(rows, par) {
             let keys = &slice(&self.k)[self.key_offset(b / self.r)..][..kmax * dk];
+            let values = &slice(&self.v)[self.value_offset(b / self.r)..][..kmax * self.dv];
             let q = &q[(b * self.t + i0) * dk..][..rows * dk];
-            direct_scores(self.level, q, keys, dk, self.spec.scale, buf);
+            direct_scores(self.level, q, (keys, values), dk, self.spec.scale, buf);
         } else {
             // SAFETY: rows × dk of q from row i0 are inside b's slice; Kᵀ's dk rows have
             // S ≥ kmax columns, or the K/V element's S ≥ kmax keys of dk are inside k; buf holds
@@ -378,26 +379,52 @@ impl AttnInputs {
 const DIRECT_MAX_ROWS: usize = 4;
 
 /// `buf[i, j] = scale · q_i · k_j` for query rows q [rows, dk] and keys [kmax, dk] read in place
-/// (buf [rows, kmax]): one dot product per entry, each key read once per row.
+/// (buf [rows, kmax]): one dot product per entry, each key read once per row. The values
+/// ([kmax, dv]) are prefetched beside their keys, so that memory reads them while the dot
+/// products run and [`direct_values`] finds them in cache.
 fn direct_scores(
     level: simd::SimdLevel,
     q: &[f32],
-    keys: &[f32],
+    (keys, values): (&[f32], &[f32]),
     dk: usize,
     scale: f32,
     buf: &mut [f32],
 ) {
     let kmax = keys.len() / dk;
+    let dv = values.len() / kmax.max(1);
     level.run(
         #[inline(always)]
         || {
-            for (qi, row) in q.chunks_exact(dk).zip(buf.chunks_exact_mut(kmax)) {
-                for (x, key) in row.iter_mut().zip(keys.chunks_exact(dk)) {
+            for (i, (qi, row)) in q
+                .chunks_exact(dk)
+                .zip(buf.chunks_exact_mut(kmax))
+                .enumerate()
+            {
+                for (j, (x, key)) in row.iter_mut().zip(keys.chunks_exact(dk)).enumerate() {
+                    if i == 0 {
+                        prefetch(&values[j * dv..(j + 1) * dv]);
+                    }
                     *x = scale * simd::dot(qi, key);
                 }
             }
         },
     )
+}
+
+/// Asks the cache for every 64-byte line of `xs` (a hint: nothing where the target has none).
+#[inline(always)]
+fn prefetch(xs: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in xs.chunks(16) {
+        // SAFETY: a prefetch reads nothing architecturally; the address is inside `xs`.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr() as *const i8
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = xs;
 }
 
 /// `out_i = Σ_j p[i, j] · v_j` for probabilities p [rows, kmax] and values [kmax, dv] read in
