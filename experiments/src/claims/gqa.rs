@@ -271,6 +271,8 @@ mod tests {
                     decoder_s: step * 64.0,
                     decoder_s_per_token: step,
                     lm_head_s_per_token: 0.1,
+                    machine_gflops: 0.0,
+                    machine_read_gbps: 0.0,
                 })
             })
             .collect();

@@ -222,27 +222,19 @@ fn run(cli: &Cli, config: &DecodeConfig) -> Result<()> {
         config.description,
         provenance.device
     );
-    let machine_read_gbps = if config.bandwidth_bytes > 0 {
-        let gbps = read_bandwidth_gbps(config.bandwidth_bytes, 5);
-        eprintln!("memory read bandwidth: {gbps:.1} GB/s");
-        gbps
-    } else {
-        0.0
-    };
-    let machine_gflops = if config.product_size > 0 {
-        let gflops = product_gflops(config.product_size, &device);
-        eprintln!(
-            "matrix-product rate ({0} x {0} x {0}): {gflops:.1} GFLOP/s",
-            config.product_size
-        );
-        gflops
-    } else {
-        0.0
-    };
     let models = models(config, &device);
     let (encoder, encoded, keep) = time_encoder(config, &models[0].1, &device);
     let rounds = time_decoding(config, &models, &encoded, &keep)?;
     write_csv(&cli.out.join("rounds.csv"), &rounds)?;
+    // The roofline's ceilings: medians over the rounds, each measured at its round's start, so
+    // that they drift with the machine as the steps they bound do.
+    let ceiling = |f: fn(&RoundRow) -> f64| median(&mut rounds.iter().map(f).collect::<Vec<f64>>());
+    let machine_read_gbps = ceiling(|r| r.machine_read_gbps);
+    let machine_gflops = ceiling(|r| r.machine_gflops);
+    eprintln!(
+        "medians over the rounds: memory read bandwidth {machine_read_gbps:.1} GB/s, matrix-product rate ({0} x {0} x {0}) {machine_gflops:.1} GFLOP/s",
+        config.product_size
+    );
     let rows: Vec<DecodeRow> = models
         .iter()
         .map(|(groups, model)| {
@@ -382,6 +374,17 @@ fn time_decoding(
         &encoded.device(),
     );
     for round in 0..total {
+        // This round's roofline ceilings (0: not measured, as configured).
+        let machine_read_gbps = if config.bandwidth_bytes > 0 {
+            read_bandwidth_gbps(config.bandwidth_bytes, 1)
+        } else {
+            0.0
+        };
+        let machine_gflops = if config.product_size > 0 {
+            product_gflops(config.product_size, &encoded.device())
+        } else {
+            0.0
+        };
         // The LM head's share of a step (every G shares the head): the batch's hidden states
         // through it, one call per step as in decoding, in the same round as the steps.
         let start = Instant::now();
@@ -408,6 +411,8 @@ fn time_decoding(
                 decoder_s,
                 decoder_s_per_token: decoder_s / config.output_length as f64,
                 lm_head_s_per_token,
+                machine_gflops,
+                machine_read_gbps,
             };
             let what = if round < config.warmup {
                 "warm-up"

@@ -41,14 +41,14 @@ pub struct DecodeRow {
     pub weight_bytes_per_token: f64,
     /// (K/V + weight bytes per step) / seconds per step, GB/s.
     pub effective_gbps: f64,
-    /// This machine's measured memory read bandwidth, GB/s (0: not measured).
+    /// This machine's memory read bandwidth, GB/s, the median over the rounds (0: not measured).
     pub machine_read_gbps: f64,
     /// Backend and machine.
     pub device: String,
     /// Matrix-product FLOPs of one decoding step of the batch (mean over the steps).
     #[serde(default)]
     pub flops_per_token: f64,
-    /// This machine's measured matrix-product rate, GFLOP/s (0: not measured).
+    /// This machine's matrix-product rate, GFLOP/s, the median over the rounds (0: not measured).
     #[serde(default)]
     pub machine_gflops: f64,
     /// The step's roofline: max(FLOPs / product rate, bytes read / read bandwidth), seconds (0:
@@ -88,6 +88,13 @@ pub struct RoundRow {
     /// The LM head's seconds per step in this round (the same head for every G; 0: not timed).
     #[serde(default)]
     pub lm_head_s_per_token: f64,
+    /// This machine's matrix-product rate measured at the round's start, GFLOP/s (0: not
+    /// measured): the roofline's compute ceiling is the median over the rounds.
+    #[serde(default)]
+    pub machine_gflops: f64,
+    /// This machine's read bandwidth measured at the round's start, GB/s (0: not measured).
+    #[serde(default)]
+    pub machine_read_gbps: f64,
 }
 
 /// The GQA paper's Table 1 times (seconds per sample, T5-XXL on TPUv4, its own lengths): the
@@ -188,8 +195,8 @@ pub fn render(out: &Path) -> Result<()> {
     }
     if mha.machine_read_gbps > 0.0 {
         md += &format!(
-            "\nThis machine's memory read bandwidth (every core summing a buffer far larger than its caches): \
-             {:.1} GB/s.\n",
+            "\nThis machine's memory read bandwidth (every core summing a buffer far larger than its caches, at \
+             the start of every round; the median): {:.1} GB/s.\n",
             mha.machine_read_gbps
         );
     }
@@ -213,7 +220,7 @@ pub fn render(out: &Path) -> Result<()> {
 fn roofline_table(rows: &[DecodeRow], mha: &DecodeRow) -> String {
     let mut md = format!(
         "\nRoofline of a decoding step on this machine: max(FLOPs / {:.1} GFLOP/s, bytes read / {:.1} GB/s), the \
-         product rate and read bandwidth measured in this run.\n\n\
+         product rate and read bandwidth measured at the start of every round, medians over the rounds.\n\n\
          | G | GFLOP / step | MiB read / step | compute-bound ms | memory-bound ms | roofline ms | measured ms | measured / roofline |\n\
          |---|---|---|---|---|---|---|---|\n",
         mha.machine_gflops, mha.machine_read_gbps
