@@ -390,143 +390,112 @@ unsafe fn columns(
     }
 }
 
-/// One [R, 32] tile of C (row stride n) plus rows k0..k1 of A (row stride k) times the same rows
-/// of B's 32-column panel (row stride n), AVX-512, the block read as `block` says.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn tile_avx512<const R: usize>(
-    c: *mut f32,
-    n: usize,
-    a: (*const f32, usize),
-    b: *const f32,
-    depth: usize,
-    block: Block,
-) {
-    // SAFETY: the caller's ranges (see `columns`); the pack holds the block's k1 - k0 rows.
-    unsafe {
-        match block {
-            Block::Only => pass_avx512::<R, true>(c, n, a, (b, n), depth, None),
-            Block::First { pack } => pass_avx512::<R, true>(c, n, a, (b, n), depth, Some(pack)),
-            Block::Packed { pack } => pass_avx512::<R, false>(c, n, a, (pack, 32), depth, None),
+/// The tile kernel of one SIMD level: `$tile::<R>`, one [R, panel] tile of C (row stride n) plus a
+/// block of rows of A ([depth, m] order, `a` at the tile's first row) times the same rows of B's
+/// panel (row stride n), the block read as its [`Block`] says; and `$pass::<R, PREFETCH>`, the pass
+/// over a block whose row t is at `src + t · stride`, prefetching `PREFETCH_ROWS` rows ahead if
+/// `PREFETCH` and copying each row into `pack` if given. A panel is two vectors of `$lanes`
+/// floats. One macro for both levels, so that they differ only in their intrinsics.
+macro_rules! tile_kernel {
+    ($tile:ident, $pass:ident, $feature:literal, $lanes:literal,
+     $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feature)]
+        #[inline]
+        unsafe fn $tile<const R: usize>(
+            c: *mut f32,
+            n: usize,
+            a: (*const f32, usize),
+            b: *const f32,
+            depth: usize,
+            block: Block,
+        ) {
+            const PANEL: usize = 2 * $lanes;
+            // SAFETY: the caller's ranges (see `columns`); the pack holds the block's rows.
+            unsafe {
+                match block {
+                    Block::Only => $pass::<R, true>(c, n, a, (b, n), depth, None),
+                    Block::First { pack } => $pass::<R, true>(c, n, a, (b, n), depth, Some(pack)),
+                    Block::Packed { pack } => {
+                        $pass::<R, false>(c, n, a, (pack, PANEL), depth, None)
+                    }
+                }
+            }
         }
-    }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feature)]
+        #[inline]
+        unsafe fn $pass<const R: usize, const PREFETCH: bool>(
+            c: *mut f32,
+            n: usize,
+            (a, a_stride): (*const f32, usize),
+            (src, stride): (*const f32, usize),
+            depth: usize,
+            pack: Option<*mut f32>,
+        ) {
+            const PANEL: usize = 2 * $lanes;
+            // SAFETY (the whole body): the caller's ranges; the prefetch address may pass B's end,
+            // which a prefetch does not fault on (it is computed with wrapping arithmetic).
+            unsafe {
+                let mut acc = [[$zero(); 2]; R];
+                for (r, row) in acc.iter_mut().enumerate() {
+                    row[0] = $load(c.add(r * n));
+                    row[1] = $load(c.add(r * n + $lanes));
+                }
+                for t in 0..depth {
+                    let bp = src.add(t * stride);
+                    if PREFETCH {
+                        // Every 64-byte line of the panel's row PREFETCH_ROWS ahead.
+                        let ahead = bp.wrapping_add(PREFETCH_ROWS * stride) as *const i8;
+                        for line in 0..PANEL * 4 / 64 {
+                            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
+                        }
+                    }
+                    let b0 = $load(bp);
+                    let b1 = $load(bp.add($lanes));
+                    if let Some(pack) = pack {
+                        let p = pack.add(t * PANEL);
+                        $store(p, b0);
+                        $store(p.add($lanes), b1);
+                    }
+                    for (r, row) in acc.iter_mut().enumerate() {
+                        let x = $set1(*a.add(t * a_stride + r));
+                        row[0] = $fma(x, b0, row[0]);
+                        row[1] = $fma(x, b1, row[1]);
+                    }
+                }
+                for (r, row) in acc.iter().enumerate() {
+                    $store(c.add(r * n), row[0]);
+                    $store(c.add(r * n + $lanes), row[1]);
+                }
+            }
+        }
+    };
 }
 
-/// The pass of [`tile_avx512`] over a block whose row kk is at `src + (kk - k0) · stride`,
-/// prefetching `PREFETCH_ROWS` rows ahead if `PREFETCH` and copying each row into `pack` if given.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn pass_avx512<const R: usize, const PREFETCH: bool>(
-    c: *mut f32,
-    n: usize,
-    (a, a_stride): (*const f32, usize),
-    (src, stride): (*const f32, usize),
-    depth: usize,
-    pack: Option<*mut f32>,
-) {
-    // SAFETY (the whole body): the caller's ranges; the prefetch address may pass B's end, which a
-    // prefetch does not fault on (it is computed with wrapping arithmetic).
-    unsafe {
-        let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        for (r, row) in acc.iter_mut().enumerate() {
-            row[0] = _mm512_loadu_ps(c.add(r * n));
-            row[1] = _mm512_loadu_ps(c.add(r * n + 16));
-        }
-        for t in 0..depth {
-            let bp = src.add(t * stride);
-            if PREFETCH {
-                let ahead = bp.wrapping_add(PREFETCH_ROWS * stride) as *const i8;
-                _mm_prefetch::<_MM_HINT_T0>(ahead);
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
-            }
-            let b0 = _mm512_loadu_ps(bp);
-            let b1 = _mm512_loadu_ps(bp.add(16));
-            if let Some(pack) = pack {
-                let p = pack.add(t * 32);
-                _mm512_storeu_ps(p, b0);
-                _mm512_storeu_ps(p.add(16), b1);
-            }
-            for (r, row) in acc.iter_mut().enumerate() {
-                let x = _mm512_set1_ps(*a.add(t * a_stride + r));
-                row[0] = _mm512_fmadd_ps(x, b0, row[0]);
-                row[1] = _mm512_fmadd_ps(x, b1, row[1]);
-            }
-        }
-        for (r, row) in acc.iter().enumerate() {
-            _mm512_storeu_ps(c.add(r * n), row[0]);
-            _mm512_storeu_ps(c.add(r * n + 16), row[1]);
-        }
-    }
-}
-
-/// [`tile_avx512`] with 16-column panels, AVX2 + FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-unsafe fn tile_avx2<const R: usize>(
-    c: *mut f32,
-    n: usize,
-    a: (*const f32, usize),
-    b: *const f32,
-    depth: usize,
-    block: Block,
-) {
-    // SAFETY: as in `tile_avx512`.
-    unsafe {
-        match block {
-            Block::Only => pass_avx2::<R, true>(c, n, a, (b, n), depth, None),
-            Block::First { pack } => pass_avx2::<R, true>(c, n, a, (b, n), depth, Some(pack)),
-            Block::Packed { pack } => pass_avx2::<R, false>(c, n, a, (pack, 16), depth, None),
-        }
-    }
-}
-
-/// [`pass_avx512`] with 16-column panels, AVX2 + FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-unsafe fn pass_avx2<const R: usize, const PREFETCH: bool>(
-    c: *mut f32,
-    n: usize,
-    (a, a_stride): (*const f32, usize),
-    (src, stride): (*const f32, usize),
-    depth: usize,
-    pack: Option<*mut f32>,
-) {
-    // SAFETY: as in `pass_avx512`.
-    unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 2]; R];
-        for (r, row) in acc.iter_mut().enumerate() {
-            row[0] = _mm256_loadu_ps(c.add(r * n));
-            row[1] = _mm256_loadu_ps(c.add(r * n + 8));
-        }
-        for t in 0..depth {
-            let bp = src.add(t * stride);
-            if PREFETCH {
-                let ahead = bp.wrapping_add(PREFETCH_ROWS * stride) as *const i8;
-                _mm_prefetch::<_MM_HINT_T0>(ahead);
-            }
-            let b0 = _mm256_loadu_ps(bp);
-            let b1 = _mm256_loadu_ps(bp.add(8));
-            if let Some(pack) = pack {
-                let p = pack.add(t * 16);
-                _mm256_storeu_ps(p, b0);
-                _mm256_storeu_ps(p.add(8), b1);
-            }
-            for (r, row) in acc.iter_mut().enumerate() {
-                let x = _mm256_set1_ps(*a.add(t * a_stride + r));
-                row[0] = _mm256_fmadd_ps(x, b0, row[0]);
-                row[1] = _mm256_fmadd_ps(x, b1, row[1]);
-            }
-        }
-        for (r, row) in acc.iter().enumerate() {
-            _mm256_storeu_ps(c.add(r * n), row[0]);
-            _mm256_storeu_ps(c.add(r * n + 8), row[1]);
-        }
-    }
-}
+tile_kernel!(
+    tile_avx512,
+    pass_avx512,
+    "avx512f",
+    16,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps
+);
+tile_kernel!(
+    tile_avx2,
+    pass_avx2,
+    "avx2,fma",
+    8,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps
+);
 
 #[cfg(test)]
 mod tests {
