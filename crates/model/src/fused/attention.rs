@@ -302,23 +302,23 @@ impl AttnInputs {
         let kmax = self.key_limit(i1);
         let q = slice(&self.q);
         let (dk, rows) = (self.dk, i1 - i0);
-        let keys = if self.transpose_keys {
-            assert_eq!(kt.len(), dk * self.s, "attention: Kᵀ size");
-            (kt.as_ptr(), self.s, 1)
-        } else {
-            (
-                slice(&self.k)[self.key_offset(b / self.r)..].as_ptr(),
-                1,
-                dk,
-            )
-        };
-        let qp = q[(b * self.t + i0) * dk..].as_ptr();
         if self.direct(rows, par) {
             let keys = &slice(&self.k)[self.key_offset(b / self.r)..][..kmax * dk];
             let values = &slice(&self.v)[self.value_offset(b / self.r)..][..kmax * self.dv];
             let q = &q[(b * self.t + i0) * dk..][..rows * dk];
             direct_scores(self.level, q, (keys, values), dk, self.spec.scale, buf);
         } else {
+            let keys = if self.transpose_keys {
+                assert_eq!(kt.len(), dk * self.s, "attention: Kᵀ size");
+                (kt.as_ptr(), self.s, 1)
+            } else {
+                (
+                    slice(&self.k)[self.key_offset(b / self.r)..].as_ptr(),
+                    1,
+                    dk,
+                )
+            };
+            let qp = q[(b * self.t + i0) * dk..].as_ptr();
             // SAFETY: rows × dk of q from row i0 are inside b's slice; Kᵀ's dk rows have
             // S ≥ kmax columns, or the K/V element's S ≥ kmax keys of dk are inside k; buf holds
             // rows × kmax.
