@@ -75,7 +75,10 @@ report id *args:
 smoke device="flex" ids=experiments:
     #!/usr/bin/env bash
     set -euo pipefail
-    for id in {{ids}}; do
+    # f4_length reads fig6's runs: fig6 first whenever both run.
+    ids=" {{ids}} "
+    case "$ids" in *" fig6 "*) ids="fig6 ${ids/ fig6 / }" ;; esac
+    for id in $ids; do
         if [ {{device}} = flex ]; then
             just repro $id --profile smoke
         else
