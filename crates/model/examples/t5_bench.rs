@@ -14,7 +14,7 @@
 //! 8 heads of 64, 6 + 6 layers, vocabulary 32128, batch 8, input 512, targets 114). Decoding:
 //! gqa_fig6's shapes (T5-XXL per layer: d 4096, d_ff 10240, 64 heads of 64, 1 + 1 layers,
 //! vocabulary 32128, input 2048), a random encoder output. Rows (`row`, seconds, the median of
-//! REPS after a warm-up): `train_table1`, `train_d512` (a step), `encoder_xxl` (the encoder on
+//! REPS after a warm-up, on stdout; the same row by part on stderr): `train_table1`, `train_d512` (a step), `encoder_xxl` (the encoder on
 //! one input of 2048), `decode_xxl_b1`, `decode_xxl_b8`, `decode_xxl_b32` (an MHA decoding step).
 //! `REPRO_KERNELS=reference` times the plain burn kernels; `REPRO_SIMD=scalar|avx2|avx512` picks
 //! the fused kernels' instruction set.
@@ -242,6 +242,8 @@ fn main() {
                 "{name},{:.6}",
                 median(timed.iter().map(|t| t.total).collect())
             );
+            // The same row by part, on stderr so that the anchor session reads one line.
+            eprintln!("{}\n{}", header("row"), row(name.to_string(), &timed));
         }
         other => exit(&format!("`{other}`: expected step, decode or row")),
     }

@@ -361,23 +361,29 @@ impl RelativePositionBias {
     /// [H, q_len, k_len].
     pub fn forward(&self, q_start: usize, q_len: usize, k_len: usize) -> Tensor<3> {
         let weight = self.embedding.weight.val();
-        let [_, h] = weight.dims();
+        let device = weight.device();
         let (direction, n, max) = (self.direction, self.n_buckets, self.max_distance);
-        let buckets: Vec<i64> = (q_start..q_start + q_len)
-            .flat_map(|q| {
-                (0..k_len).map(move |k| {
-                    relative_position_bucket(k as i64 - q as i64, direction, n, max) as i64
-                })
-            })
+        // The bias depends on the offset k − q only: one bucket per offset, from the last query's
+        // first key (−(q_start + q_len − 1)) to the first query's last key, and every (q, k)
+        // reads its offset's column of the [H, offsets] table, in the output's [H, T, S] order
+        // (contiguous: each layer's attention reads it in place).
+        let lowest = -((q_start + q_len - 1) as i64);
+        let offsets = q_len + k_len - 1;
+        let buckets: Vec<i64> = (0..offsets as i64)
+            .map(|o| relative_position_bucket(lowest + o, direction, n, max) as i64)
             .collect();
-        let buckets = Tensor::<1, Int>::from_data(
-            TensorData::new(buckets, [q_len * k_len]),
-            &weight.device(),
-        );
+        let buckets = Tensor::<1, Int>::from_data(TensorData::new(buckets, [offsets]), &device);
+        let columns: Vec<i64> = (0..q_len as i64)
+            .flat_map(|q| (0..k_len as i64).map(move |k| k + (q_len as i64 - 1 - q)))
+            .collect();
+        let columns =
+            Tensor::<1, Int>::from_data(TensorData::new(columns, [q_len * k_len]), &device);
+        let [_, h] = weight.dims();
         weight
             .select(0, buckets)
-            .reshape([q_len, k_len, h])
-            .permute([2, 0, 1])
+            .transpose()
+            .select(1, columns)
+            .reshape([h, q_len, k_len])
     }
 }
 

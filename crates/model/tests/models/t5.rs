@@ -14,8 +14,8 @@ use model::t5::{
 };
 
 use crate::common::{
-    assert_close, at_every_simd_level, autodiff_device, device, param_grads, randn, token_tensor,
-    tokens, values,
+    assert_close, at_every_simd_level, autodiff_device, backward_with, device, grad, param_grads,
+    randn, token_tensor, tokens, values,
 };
 
 /// First distance of each logarithmic bucket, as Hugging Face's `modeling_t5.py` computes it (T5's
@@ -88,6 +88,59 @@ fn relative_position_buckets_match_the_reference_vectors() {
     }
 }
 
+/// A stack's position bias [H, T, S] holds, at (h, q, k), row `bucket(k − (q_start + q))` of its
+/// [buckets, H] table, column h (the formula by hand), for the encoder's and the decoder's
+/// directions, a whole window and a decoding step's row past the exact buckets; its gradient is
+/// the upstream's sum per (bucket, head).
+#[test]
+fn position_bias_reads_each_offsets_bucket_and_sums_its_gradient() {
+    let dev = autodiff_device();
+    let cfg = T5Config::tiny();
+    let model = cfg.init(&dev);
+    let (n, max, h) = (cfg.relative_buckets, cfg.relative_max_distance, cfg.n_heads);
+    let cases = [
+        (
+            &model.encoder.position_bias,
+            Direction::Bidirectional,
+            (0, 9, 9),
+        ),
+        (
+            &model.encoder.position_bias,
+            Direction::Bidirectional,
+            (3, 5, 200),
+        ),
+        (&model.decoder.position_bias, Direction::Causal, (0, 7, 7)),
+        (
+            &model.decoder.position_bias,
+            Direction::Causal,
+            (150, 1, 151),
+        ),
+    ];
+    for (i, (stack_bias, direction, (q_start, q_len, k_len))) in cases.into_iter().enumerate() {
+        let table = values(stack_bias.embedding.weight.val());
+        let bias = stack_bias.forward(q_start, q_len, k_len);
+        assert_eq!(bias.dims(), [h, q_len, k_len], "case {i}: shape");
+        let upstream = randn([h, q_len, k_len], i as u64, &dev);
+        let up = values(upstream.clone());
+        let mut want = vec![0f32; h * q_len * k_len];
+        let mut want_grad = vec![0f32; n * h];
+        for head in 0..h {
+            for q in 0..q_len {
+                for k in 0..k_len {
+                    let rel = k as i64 - (q_start + q) as i64;
+                    let bucket = relative_position_bucket(rel, direction, n, max);
+                    let at = (head * q_len + q) * k_len + k;
+                    want[at] = table[bucket * h + head];
+                    want_grad[bucket * h + head] += up[at];
+                }
+            }
+        }
+        assert_eq!(values(bias.clone()), want, "case {i}: values");
+        let grads = backward_with(bias, &upstream);
+        let got = grad(&stack_bias.embedding.weight.val(), &grads);
+        assert_close(&got, &want_grad, 1e-5, &format!("case {i}: gradient"));
+    }
+}
 /// Grouped attention on the G heads (the fused kernel on `flex`, and the plain path) equals
 /// expanding K/V to H heads, for every G dividing H, with odd lengths, a position bias that
 /// differs per head and query, padding per sequence, causal or not.
