@@ -9,10 +9,13 @@ usage: python3 experiments/anchors/t5_session.py [--rounds 2] [--rows a,b,...] [
 
 Needs `cargo build --release -p model --example t5_bench` and a Python with torch and transformers
 (`--python`, default `runs/venv-torch/bin/python`). Writes results/t5_transformers/: comparison.csv
-(row, what it times, ours_s, transformers_s, ours_over_transformers, target), comparison.md,
-rounds.csv (every timing of every round) and env.json (the commit, machine, versions, date).
+(row, what it times, ours_s, transformers_s, ours_over_transformers, target, and the row's floor on
+this machine: its FLOPs and bytes, floor_s, ours_over_floor, transformers_over_floor,
+floor_over_transformers), comparison.md, rounds.csv (every timing of every round), ceilings.csv
+(the product rate and read bandwidth `t5_bench ceiling` measures at the start of every round) and
+env.json (the commit, machine, versions, date, the ceilings' medians).
 """
-import argparse, csv, json, os, platform, subprocess, sys, time
+import argparse, csv, json, os, platform, statistics, subprocess, sys, time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,15 +39,23 @@ def fail(msg):
 
 
 def run(cmd, env=None):
+    """Runs one timing command; returns the numbers of its last `NAME,x,...` line of stdout."""
     started = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if p.returncode != 0:
         fail(f"`{' '.join(cmd)}` failed ({p.returncode}): {p.stderr.strip()[-400:]}")
     line = [l for l in p.stdout.splitlines() if "," in l][-1]
-    name, seconds = line.split(",")
-    print(f"  {' '.join(os.path.basename(c) for c in cmd[:2])} {name}: {float(seconds):.4f} s "
+    name, *numbers = line.split(",")
+    numbers = [float(x) for x in numbers]
+    print(f"  {' '.join(os.path.basename(c) for c in cmd[:2])} {name}: {numbers[0]:.4f} "
           f"({time.time() - started:.0f} s wall)", flush=True)
-    return float(seconds)
+    return numbers
+
+
+def floor_seconds(flops, nbytes, gflops, gbps):
+    """A row's floor on this machine: its matrix-product FLOPs at the machine's product rate or its
+    bytes at the read bandwidth, whichever takes longer (everything else counted as free)."""
+    return max(flops / (gflops * 1e9), nbytes / (gbps * 1e9))
 
 
 def main():
@@ -67,11 +78,19 @@ def main():
         if not os.path.exists(a.allocator):
             fail(f"{a.allocator} is missing: `apt-get install libtcmalloc-minimal4`, or --allocator none")
         env["LD_PRELOAD"] = a.allocator
-    ours = lambda r: run([BENCH, "row", r, str(ROWS[r][1])])
-    theirs = lambda r: run([a.python, os.path.join(HERE, "t5_anchor.py"), r, str(ROWS[r][1])], env)
+    costs = {}  # row: (FLOPs, bytes), as t5_bench counts them
+
+    def ours(r):
+        seconds, flops, nbytes = run([BENCH, "row", r, str(ROWS[r][1])])
+        costs[r] = (flops, nbytes)
+        return seconds
+
+    theirs = lambda r: run([a.python, os.path.join(HERE, "t5_anchor.py"), r, str(ROWS[r][1])], env)[0]
     timings = []  # (round, row, side, seconds)
+    ceilings = []  # (round, GFLOP/s, GB/s)
     for rnd in range(a.rounds):
         print(f"round {rnd}", flush=True)
+        ceilings.append((rnd, *run([BENCH, "ceiling"])))
         for r in rows:
             sides = [("ours", ours), ("transformers", theirs)]
             for side, f in (sides if rnd % 2 == 0 else sides[::-1]):
@@ -81,12 +100,23 @@ def main():
         w = csv.writer(f)
         w.writerow(["round", "row", "side", "seconds"])
         w.writerows(timings)
+    with open(os.path.join(OUT, "ceilings.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["round", "product_gflops", "read_gbps"])
+        w.writerows(ceilings)
+    gflops = statistics.median(c[1] for c in ceilings)
+    gbps = statistics.median(c[2] for c in ceilings)
     best = lambda r, side: min(s for (_, rr, sd, s) in timings if rr == r and sd == side)
     table = []
     for r in rows:
         o, t = best(r, "ours"), best(r, "transformers")
-        table.append([r, ROWS[r][0], f"{o:.6f}", f"{t:.6f}", f"{o / t:.3f}", TARGET])
-    header = ["row", "what", "ours_s", "transformers_s", "ours_over_transformers", "target"]
+        floor = floor_seconds(*costs[r], gflops, gbps)
+        table.append([r, ROWS[r][0], f"{o:.6f}", f"{t:.6f}", f"{o / t:.3f}", TARGET,
+                      f"{costs[r][0]:.4e}", f"{costs[r][1]:.4e}", f"{floor:.6f}", f"{o / floor:.2f}",
+                      f"{t / floor:.2f}", f"{floor / t:.3f}"])
+    header = ["row", "what", "ours_s", "transformers_s", "ours_over_transformers", "target",
+              "flops", "bytes", "floor_s", "ours_over_floor", "transformers_over_floor",
+              "floor_over_transformers"]
     with open(os.path.join(OUT, "comparison.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)
@@ -104,6 +134,8 @@ def main():
         "transformers": torch_version[1] if len(torch_version) > 1 else "unknown",
         "allocator_for_transformers": a.allocator,
         "rounds": a.rounds,
+        "product_gflops": gflops,
+        "read_gbps": gbps,
         "command": " ".join(sys.argv),
     }
     with open(os.path.join(OUT, "env.json"), "w") as f:
@@ -111,10 +143,17 @@ def main():
     with open(os.path.join(OUT, "comparison.md"), "w") as f:
         f.write(f"Seconds, each side's fastest of {a.rounds} interleaved rounds (median of the row's repetitions "
                 f"within a round); {cpu}, {os.cpu_count()} cores; transformers {env_json['transformers']} on "
-                f"torch {env_json['torch']} (eager, tcmalloc); ours at {commit[:7]}. Target: ours / transformers <= {TARGET}.\n\n")
-        f.write("| row | what | ours (s) | transformers (s) | ours / transformers | target met |\n|---|---|---|---|---|---|\n")
-        for r, what, o, t, ratio, target in table:
-            f.write(f"| {r} | {what} | {o} | {t} | {ratio} | {'yes' if float(ratio) <= target else 'no'} |\n")
+                f"torch {env_json['torch']} (eager, tcmalloc); ours at {commit[:7]}. Target: ours / transformers <= {TARGET}.\n\n"
+                f"The floor is what the row would take on this machine if its matrix products ran at the machine's "
+                f"product rate ({gflops:.0f} GFLOP/s, a 2048³ product through the fused path) or its bytes at the read "
+                f"bandwidth ({gbps:.1f} GB/s), whichever is slower, and everything else were free (the medians over the "
+                f"rounds, `ceilings.csv`; training and encoder rows count FLOPs only). Where floor / transformers is above "
+                f"the target, no implementation on this machine meets it.\n\n")
+        f.write("| row | what | ours (s) | transformers (s) | ours / transformers | target met | floor (s) "
+                "| ours / floor | transformers / floor | floor / transformers |\n|---|---|---|---|---|---|---|---|---|---|\n")
+        for r, what, o, t, ratio, target, _, _, floor, of, tf, ft in table:
+            f.write(f"| {r} | {what} | {o} | {t} | {ratio} | {'yes' if float(ratio) <= target else 'no'} "
+                    f"| {floor} | {of} | {tf} | {ft} |\n")
     print(open(os.path.join(OUT, "comparison.md")).read())
 
 

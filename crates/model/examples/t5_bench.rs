@@ -6,6 +6,7 @@
 //! cargo run --release -p model --example t5_bench -- step [table1|d512] [KV_HEADS,...] [REPS]
 //! cargo run --release -p model --example t5_bench -- decode [BATCH] [KV_HEADS,...] [STEPS]
 //! cargo run --release -p model --example t5_bench -- row NAME [REPS]
+//! cargo run --release -p model --example t5_bench -- ceiling
 //! ```
 //!
 //! Training steps (span-corruption shapes, forward + backward + Adafactor with T5's settings):
@@ -13,9 +14,15 @@
 //! vocabulary 8192, batch 8, input 128, targets 128), `d512` T5.1.1-small's width (d 512, d_ff 1024,
 //! 8 heads of 64, 6 + 6 layers, vocabulary 32128, batch 8, input 512, targets 114). Decoding:
 //! gqa_fig6's shapes (T5-XXL per layer: d 4096, d_ff 10240, 64 heads of 64, 1 + 1 layers,
-//! vocabulary 32128, input 2048), a random encoder output. Rows (`row`, seconds, the median of
-//! REPS after a warm-up, on stdout; the same row by part on stderr): `train_table1`, `train_d512` (a step), `encoder_xxl` (the encoder on
-//! one input of 2048), `decode_xxl_b1`, `decode_xxl_b8`, `decode_xxl_b32` (an MHA decoding step).
+//! vocabulary 32128, input 2048), a random encoder output.
+//!
+//! `row` prints `NAME,SECONDS,FLOPS,BYTES` (the median of REPS after a warm-up; the row's
+//! matrix-product FLOPs and, for decoding, the bytes of weights and K/V a step reads, from which
+//! the session computes the row's floor on this machine), and the same row by part on stderr. Rows:
+//! `train_table1`, `train_d512` (a step), `encoder_xxl` (the encoder on one input of 2048),
+//! `decode_xxl_b1`, `decode_xxl_b8`, `decode_xxl_b32` (an MHA decoding step). `ceiling` prints
+//! `ceiling,GFLOPS,GBPS`: this machine's product rate (a 2048³ product through the fused path)
+//! and read bandwidth (a 1 GiB buffer), the floor's two ceilings.
 //! `REPRO_KERNELS=reference` times the plain burn kernels; `REPRO_SIMD=scalar|avx2|avx512` picks
 //! the fused kernels' instruction set.
 use burn::optim::{AdafactorConfig, GradientsParams};
@@ -31,7 +38,7 @@ use std::time::Instant;
 static ALLOCATOR: model::runtime::Allocator = model::runtime::Allocator;
 
 const USAGE: &str = "t5_bench step [table1|d512] [KV_HEADS,...] [REPS] | \
-                     decode [BATCH] [KV_HEADS,...] [STEPS] | row NAME [REPS]";
+                     decode [BATCH] [KV_HEADS,...] [STEPS] | row NAME [REPS] | ceiling";
 
 fn exit(msg: &str) -> ! {
     eprintln!("t5_bench: {msg} (usage: {USAGE})");
@@ -212,10 +219,15 @@ fn main() {
         "row" => {
             let name = arg(1).unwrap_or_else(|| exit("row: which one?"));
             let reps = number(2, 5);
-            let timed = match name {
+            let (timed, flops, bytes) = match name {
                 "train_table1" | "train_d512" => {
                     let (cfg, shape) = train_scale(&name[6..]).expect("known scale");
-                    train_steps(&cfg, shape, reps)
+                    let [b, s, t] = shape;
+                    (
+                        train_steps(&cfg, shape, reps),
+                        cfg.train_flops(b, s, t),
+                        0.0,
+                    )
                 }
                 "encoder_xxl" => {
                     let (cfg, input) = decode_model(64);
@@ -224,27 +236,35 @@ fn main() {
                     let uniform = burn::tensor::Distribution::Uniform(2.0, 32000.0);
                     let inputs = Tensor::<2, Int>::random([1, input], uniform, &device);
                     let keep = Tensor::<2, Int>::ones([1, input], &device).bool();
-                    time(1, reps, || {
+                    let timed = time(1, reps, || {
                         let out = model.encode(inputs.clone(), &keep);
                         let _: f32 = out.slice([0..1, 0..1, 0..1]).into_scalar();
-                    })
+                    });
+                    (timed, cfg.encoder_flops(1, input), 0.0)
                 }
                 _ => match name.strip_prefix("decode_xxl_b").map(str::parse::<usize>) {
                     Some(Ok(b)) => {
                         let (cfg, input) = decode_model(64);
                         let model = cfg.init(&Device::flex());
-                        decode_steps(&model, b, input, reps)
+                        // The timed steps attend to 3..=REPS + 2 positions (after two warm-ups).
+                        let positions = (reps as f64 + 5.0) / 2.0;
+                        let cost = cfg.decode_step_cost(b, input, positions);
+                        let timed = decode_steps(&model, b, input, reps);
+                        (timed, cost.total_flops(), cost.total_bytes())
                     }
                     _ => exit(&format!("row `{name}`: not one of the rows")),
                 },
             };
-            println!(
-                "{name},{:.6}",
-                median(timed.iter().map(|t| t.total).collect())
-            );
+            let seconds = median(timed.iter().map(|t| t.total).collect());
+            println!("{name},{seconds:.6},{flops:.6e},{bytes:.6e}");
             // The same row by part, on stderr so that the anchor session reads one line.
             eprintln!("{}\n{}", header("row"), row(name.to_string(), &timed));
         }
-        other => exit(&format!("`{other}`: expected step, decode or row")),
+        "ceiling" => {
+            let gflops = model::runtime::product_gflops(2048, &Device::flex());
+            let gbps = model::runtime::read_bandwidth_gbps(1 << 30, 3);
+            println!("ceiling,{gflops:.1},{gbps:.2}");
+        }
+        other => exit(&format!("`{other}`: expected step, decode, row or ceiling")),
     }
 }

@@ -67,3 +67,68 @@ pub fn median_seconds(mut f: impl FnMut()) -> f64 {
     ts.sort_by(f64::total_cmp);
     ts[2]
 }
+
+/// This machine's memory read bandwidth in GB/s: every core's thread sums its share of a buffer
+/// of `bytes` (far larger than the caches), the median of `rounds` (at least one) passes after an
+/// untimed one.
+/// Sixteen independent sums per thread let the compiler vectorise the loop, so it is bound by
+/// memory, not by the adds.
+pub fn read_bandwidth_gbps(bytes: usize, rounds: usize) -> f64 {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let data = vec![1.0f32; (bytes / 4).max(16)];
+    let chunk = data.len().div_ceil(threads);
+    let sum = |xs: &[f32]| -> f32 {
+        let mut acc = [0f32; 16];
+        let mut blocks = xs.chunks_exact(16);
+        for block in &mut blocks {
+            for (a, x) in acc.iter_mut().zip(block) {
+                *a += x;
+            }
+        }
+        acc.iter().sum::<f32>() + blocks.remainder().iter().sum::<f32>()
+    };
+    let mut times = Vec::new();
+    for round in 0..=rounds.max(1) {
+        let start = std::time::Instant::now();
+        let total: f32 = std::thread::scope(|s| {
+            let handles: Vec<_> = data
+                .chunks(chunk)
+                .map(|c| s.spawn(move || sum(c)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("summing thread"))
+                .sum()
+        });
+        std::hint::black_box(total);
+        if round > 0 {
+            times.push(start.elapsed().as_secs_f64());
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let n = times.len();
+    let median = (times[(n - 1) / 2] + times[n / 2]) / 2.0;
+    (data.len() * 4) as f64 / median / 1e9
+}
+
+/// This machine's matrix-product rate in GFLOP/s: one f32 `[n, n] · [n, n]` product through the
+/// fused path where the device has it (the product the models' dense layers use), else the
+/// backend's own, timed as the `matmul_ceiling` benchmark times it
+/// ([`median_seconds`]).
+pub fn product_gflops(n: usize, device: &burn::prelude::Device) -> f64 {
+    use burn::prelude::Tensor;
+    use burn::tensor::Distribution;
+    let a = Tensor::<2>::random([n, n], Distribution::Normal(0.0, 1.0), device);
+    let b = Tensor::<2>::random([n, n], Distribution::Normal(0.0, 1.0), device);
+    let fused = crate::fused::available(device);
+    let seconds = median_seconds(|| {
+        let c = if fused {
+            crate::fused::matmul_2d(a.clone(), b.clone())
+        } else {
+            a.clone().matmul(b.clone())
+        };
+        // One element read back: the product has run (a lazy backend would not have).
+        let _ = c.slice([0..1, 0..1]).into_data();
+    });
+    2.0 * (n as f64).powi(3) / seconds / 1e9
+}

@@ -286,26 +286,99 @@ impl T5Config {
         );
         let inner = (self.n_heads * self.d_kv) as f64;
         let kv = (self.n_kv_heads * self.d_kv) as f64;
+        let encoder = self.encoder_flops(batch, s);
         let (s, t) = (s as f64, t as f64);
         let ffn = 2.0 * 3.0 * d * ff;
         // QKᵀ and AV over n keys, all heads: 2·2·n·H·dk.
         let scores = |n: f64| 4.0 * n * inner;
-        let encoder_token = 2.0 * 4.0 * d * inner + scores(s) + ffn;
         let decoder_token = 2.0 * 2.0 * d * (inner + kv) // self-attention Q, O and K, V
             + scores(t)
             + 2.0 * 2.0 * d * inner // cross-attention Q, O
             + scores(s)
             + ffn;
         let cross_kv_per_input = 2.0 * 2.0 * d * kv;
-        let per_example = self.n_encoder_layers as f64 * s * encoder_token
-            + self.n_decoder_layers as f64 * (t * decoder_token + s * cross_kv_per_input)
+        let decoder = self.n_decoder_layers as f64 * (t * decoder_token + s * cross_kv_per_input)
             + t * 2.0 * d * vocab;
-        batch as f64 * per_example
+        encoder + batch as f64 * decoder
     }
 
     /// Training FLOPs of one step (backward ≈ 2 × forward).
     pub fn train_flops(&self, batch: usize, s: usize, t: usize) -> f64 {
         3.0 * self.forward_flops(batch, s, t)
+    }
+
+    /// Forward FLOPs of the encoder alone on `batch` inputs of `s` tokens (its share of
+    /// [`T5Config::forward_flops`]).
+    pub fn encoder_flops(&self, batch: usize, s: usize) -> f64 {
+        let (d, ff) = (self.d_model as f64, self.d_ff as f64);
+        let inner = (self.n_heads * self.d_kv) as f64;
+        let token = 2.0 * 4.0 * d * inner + 4.0 * s as f64 * inner + 2.0 * 3.0 * d * ff;
+        (batch * self.n_encoder_layers * s) as f64 * token
+    }
+
+    /// What one cached decoding step of `batch` sequences computes and reads, over `input` encoder
+    /// positions and `self_positions` decoded ones (a step's own position included).
+    pub fn decode_step_cost(
+        &self,
+        batch: usize,
+        input: usize,
+        self_positions: f64,
+    ) -> DecodeStepCost {
+        let (d, ff, vocab) = (
+            self.d_model as f64,
+            self.d_ff as f64,
+            self.vocab_size as f64,
+        );
+        let (heads, kv_heads) = (self.n_heads * self.d_kv, self.n_kv_heads * self.d_kv);
+        let (inner, kv) = (heads as f64, kv_heads as f64);
+        let (b, layers) = (batch as f64, self.n_decoder_layers as f64);
+        // Per decoder layer and sequence: self-attention's Q, O, K, V projections, its scores and
+        // weighted sum over the decoded positions, cross-attention's Q and O (its K and V were
+        // applied once to the encoder output) and its scores over the input, the gated FFN.
+        let layer_flops = 2.0 * 2.0 * d * (inner + kv)
+            + 4.0 * self_positions * inner
+            + 2.0 * 2.0 * d * inner
+            + 4.0 * input as f64 * inner
+            + 2.0 * 3.0 * d * ff;
+        // Per decoder layer, once for the batch: those projections' and the FFN's weights, f32.
+        let layer_weights = 4.0 * (4.0 * d * inner + 2.0 * d * kv + 3.0 * d * ff);
+        DecodeStepCost {
+            flops: b * layers * layer_flops,
+            weight_bytes: layers * layer_weights,
+            kv_bytes: layers * b * 2.0 * kv * 4.0 * (input as f64 + self_positions),
+            lm_head_flops: 2.0 * b * d * vocab,
+            lm_head_bytes: 4.0 * d * vocab,
+        }
+    }
+}
+
+/// Matrix-product FLOPs and bytes read of one cached decoding step of a batch
+/// ([`T5Config::decode_step_cost`]): the decoder layers' and the LM head's apart. Norms, position
+/// biases and the batch's embedding rows are negligible and not counted.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DecodeStepCost {
+    /// The decoder layers' products, 2·m·n·k each, as [`T5Config::forward_flops`] counts.
+    pub flops: f64,
+    /// The decoder layers' weights, read once for the whole batch, f32.
+    pub weight_bytes: f64,
+    /// The cached K/V the step reads: per layer and sequence, cross-attention's over the input
+    /// and self-attention's over the decoded positions, f32.
+    pub kv_bytes: f64,
+    /// The LM head's [B, d] · [d, vocabulary] product.
+    pub lm_head_flops: f64,
+    /// The LM head's weights, f32.
+    pub lm_head_bytes: f64,
+}
+
+impl DecodeStepCost {
+    /// FLOPs of the whole step, LM head included.
+    pub fn total_flops(&self) -> f64 {
+        self.flops + self.lm_head_flops
+    }
+
+    /// Bytes of the whole step, LM head included.
+    pub fn total_bytes(&self) -> f64 {
+        self.weight_bytes + self.kv_bytes + self.lm_head_bytes
     }
 }
 

@@ -15,7 +15,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::prelude::*;
-use model::t5::{Stop, T5Config, T5Model};
+use model::runtime::{product_gflops, read_bandwidth_gbps};
+use model::t5::{DecodeStepCost, Stop, T5Config, T5Model};
 use serde::{Deserialize, Serialize};
 
 use std::path::Path;
@@ -101,47 +102,12 @@ impl DecodeConfig {
             * 4
     }
 
-    /// Bytes of cached K/V one decoding step of the batch reads, averaged over the steps: per
-    /// decoder layer, the cross-attention K/V of every input position and the self-attention K/V
-    /// of the positions decoded so far (1..=T, mean (T + 1) / 2), f32.
-    fn kv_bytes_per_step(&self, groups: usize) -> f64 {
-        let positions = self.input_length as f64 + (self.output_length as f64 + 1.0) / 2.0;
-        (self.n_decoder_layers * self.batch * 2 * groups * self.d_kv * 4) as f64 * positions
-    }
-
-    /// Matrix-product FLOPs of one decoding step of the batch, averaged over the steps (2·m·n·k
-    /// per product, as [`T5Config::forward_flops`] counts): per decoder layer and sample the
-    /// self-attention's Q, O, K and V projections, its scores and weighted sum over the positions
-    /// decoded so far (mean (T + 1) / 2), the cross-attention's Q and O and its scores over the
-    /// input, the gated FFN; then the LM head.
-    fn flops_per_step(&self, groups: usize) -> f64 {
-        let (d, ff) = (self.d_model as f64, self.d_ff as f64);
-        let inner = (self.n_heads * self.d_kv) as f64;
-        let kv = (groups * self.d_kv) as f64;
+    /// What one decoding step of the batch computes and reads, averaged over the steps: the
+    /// self-attention reads the positions decoded so far, 1..=T, mean (T + 1) / 2.
+    fn step_cost(&self, groups: usize) -> DecodeStepCost {
         let self_positions = (self.output_length as f64 + 1.0) / 2.0;
-        let layer = 2.0 * 2.0 * d * (inner + kv)
-            + 4.0 * self_positions * inner
-            + 2.0 * 2.0 * d * inner
-            + 4.0 * self.input_length as f64 * inner
-            + 2.0 * 3.0 * d * ff;
-        self.batch as f64 * self.n_decoder_layers as f64 * layer + self.lm_head_cost().0
-    }
-
-    /// Bytes of weights one decoding step reads (once for the whole batch), f32: per decoder
-    /// layer the self-attention's Q, K, V, O, the cross-attention's Q and O (its K and V were
-    /// applied once to the encoder output) and the gated FFN's three matrices; then the LM head.
-    /// Norms, position biases and the batch's embedding rows are negligible and not counted.
-    fn weight_bytes_per_step(&self, groups: usize) -> f64 {
-        let (d, inner, kv) = (self.d_model, self.n_heads * self.d_kv, groups * self.d_kv);
-        let layer = 2 * d * inner + 2 * d * kv + 2 * d * inner + 3 * d * self.d_ff;
-        (4 * self.n_decoder_layers * layer) as f64 + self.lm_head_cost().1
-    }
-
-    /// The LM head's share of a decoding step: (FLOPs, weight bytes) of the batch's [B, d] ·
-    /// [d, vocabulary] product, the same for every G.
-    fn lm_head_cost(&self) -> (f64, f64) {
-        let (d, vocab) = (self.d_model as f64, self.vocab_size as f64);
-        (2.0 * self.batch as f64 * d * vocab, 4.0 * d * vocab)
+        self.model(groups)
+            .decode_step_cost(self.batch, self.input_length, self_positions)
     }
 }
 
@@ -250,17 +216,14 @@ fn run(cli: &Cli, config: &DecodeConfig) -> Result<()> {
             let cross = of(|r| r.cross_kv_s) / config.encoder_batch as f64;
             let decoder = of(|r| r.decoder_s);
             let per_token = decoder / config.output_length as f64;
-            let (kv, weights) = (
-                config.kv_bytes_per_step(groups),
-                config.weight_bytes_per_step(groups),
-            );
-            let flops = config.flops_per_step(groups);
+            let cost = config.step_cost(groups);
+            let (kv, weights) = (cost.kv_bytes, cost.weight_bytes + cost.lm_head_bytes);
+            let flops = cost.total_flops();
             let roofline = roofline_seconds(flops, kv + weights, machine_gflops, machine_read_gbps);
             let lm_head = of(|r| r.lm_head_s_per_token);
-            let (head_flops, head_bytes) = config.lm_head_cost();
             let layers_roofline = roofline_seconds(
-                flops - head_flops,
-                kv + weights - head_bytes,
+                cost.flops,
+                cost.kv_bytes + cost.weight_bytes,
                 machine_gflops,
                 machine_read_gbps,
             );
@@ -431,69 +394,11 @@ fn time_decoding(
     Ok(rows)
 }
 
-/// This machine's memory read bandwidth in GB/s: every core's thread sums its share of a buffer
-/// of `bytes` (far larger than the caches), the median of `rounds` passes after one untimed one.
-/// Sixteen independent sums per thread let the compiler vectorise the loop, so it is bound by
-/// memory, not by the adds.
-pub fn read_bandwidth_gbps(bytes: usize, rounds: usize) -> f64 {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let data = vec![1.0f32; (bytes / 4).max(16)];
-    let chunk = data.len().div_ceil(threads);
-    let sum = |xs: &[f32]| -> f32 {
-        let mut acc = [0f32; 16];
-        let mut blocks = xs.chunks_exact(16);
-        for block in &mut blocks {
-            for (a, x) in acc.iter_mut().zip(block) {
-                *a += x;
-            }
-        }
-        acc.iter().sum::<f32>() + blocks.remainder().iter().sum::<f32>()
-    };
-    let mut times = Vec::new();
-    for round in 0..=rounds {
-        let start = Instant::now();
-        let total: f32 = std::thread::scope(|s| {
-            let handles: Vec<_> = data
-                .chunks(chunk)
-                .map(|c| s.spawn(move || sum(c)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("summing thread"))
-                .sum()
-        });
-        std::hint::black_box(total);
-        if round > 0 {
-            times.push(start.elapsed().as_secs_f64());
-        }
-    }
-    (data.len() * 4) as f64 / median(&mut times) / 1e9
-}
-
 /// The roofline time of a step of `flops` matrix-product FLOPs reading `bytes`: the larger of the
 /// two times at this machine's product rate (`gflops`) and read bandwidth (`gbps`); none when
 /// either was not measured.
 pub fn roofline_seconds(flops: f64, bytes: f64, gflops: f64, gbps: f64) -> Option<f64> {
     (gflops > 0.0 && gbps > 0.0).then(|| (flops / (gflops * 1e9)).max(bytes / (gbps * 1e9)))
-}
-
-/// This machine's matrix-product rate in GFLOP/s: one f32 `[n, n] · [n, n]` product through the
-/// fused path where the device has it (the product the models' dense layers use), else the
-/// backend's own, timed as the `matmul_ceiling` benchmark times it
-/// ([`model::runtime::median_seconds`]).
-pub fn product_gflops(n: usize, device: &Device) -> f64 {
-    use burn::tensor::Distribution;
-    let a = Tensor::<2>::random([n, n], Distribution::Normal(0.0, 1.0), device);
-    let b = Tensor::<2>::random([n, n], Distribution::Normal(0.0, 1.0), device);
-    let fused = model::fused::available(device);
-    let seconds = model::runtime::median_seconds(|| {
-        sync(if fused {
-            model::fused::matmul_2d(a.clone(), b.clone())
-        } else {
-            a.clone().matmul(b.clone())
-        })
-    });
-    2.0 * (n as f64).powi(3) / seconds / 1e9
 }
 
 #[cfg(test)]
@@ -537,7 +442,7 @@ mod roofline_tests {
         };
         assert_eq!((c.input_length, c.output_length, c.batch), (2048, 64, 32));
         for (groups, kv) in [(64, 4096.0), (1, 64.0)] {
-            let got = c.flops_per_step(groups);
+            let got = c.step_cost(groups).total_flops();
             assert!(
                 (got - by_hand(kv)).abs() < 1e-6 * got,
                 "G = {groups}: {got}"

@@ -540,6 +540,58 @@ fn forward_flops_count_every_weight_and_the_attention_products() {
         "{ours} vs {}",
         3.0 * (dense + attention)
     );
+    let encoder = 2.0 * (enc * s) as f64 + c.n_encoder_layers as f64 * (s * s) as f64 * 4.0 * inner;
+    let ours = c.encoder_flops(3, s);
+    assert!(
+        (ours - 3.0 * encoder).abs() < 1e-9 * ours,
+        "encoder: {ours}"
+    );
+}
+
+/// A cached decoding step's cost from the initialised model: 2 FLOPs per weight per sequence (the
+/// decoder layers' weights but cross-attention's K and V, norms excluded), the scores over the
+/// decoded and the input positions by hand, every such weight read once (f32), and the cached K/V
+/// of every position; the LM head apart.
+#[test]
+fn decode_step_cost_counts_the_weights_and_the_cache_it_reads() {
+    use burn::module::Module;
+    let c = T5Config::tiny().with_n_kv_heads(2);
+    let m = c.init(&device());
+    let d = c.d_model;
+    let weights: usize = m
+        .decoder
+        .layers
+        .iter()
+        .map(|l| {
+            let a = &l.cross.as_ref().unwrap().attention;
+            l.num_params() - 3 * d - a.k.num_params() - a.v.num_params()
+        })
+        .sum();
+    let (b, input, positions) = (3usize, 7usize, 4.5);
+    let inner = (c.n_heads * c.d_kv) as f64;
+    let kv_width = (c.n_kv_heads * c.d_kv) as f64;
+    let layers = c.n_decoder_layers as f64;
+    let scores = layers * 4.0 * (positions + input as f64) * inner;
+    let cost = c.decode_step_cost(b, input, positions);
+    let close = |got: f64, want: f64, what: &str| {
+        assert!((got - want).abs() < 1e-9 * want, "{what}: {got} vs {want}")
+    };
+    close(
+        cost.flops,
+        b as f64 * (2.0 * weights as f64 + scores),
+        "FLOPs",
+    );
+    close(cost.weight_bytes, 4.0 * weights as f64, "weight bytes");
+    let kv = layers * b as f64 * 2.0 * kv_width * (input as f64 + positions) * 4.0;
+    close(cost.kv_bytes, kv, "K/V bytes");
+    let head = m.lm_head.num_params() as f64;
+    close(cost.lm_head_flops, 2.0 * b as f64 * head, "LM head FLOPs");
+    close(cost.lm_head_bytes, 4.0 * head, "LM head bytes");
+    close(
+        cost.total_bytes(),
+        4.0 * (weights as f64 + head) + kv,
+        "total bytes",
+    );
 }
 
 /// Converting on the training device gives K/V projections that are new leaves and train.
