@@ -23,14 +23,20 @@
 //! (rows of B a power-of-two stride apart share a few L1 sets); A's block is copied once per block
 //! into [KC, m] order, so that a tile's broadcasts at one depth are adjacent floats.
 //!
+//! Each task accumulates into a copy of its columns of C whose rows are padded apart
+//! ([`C_PAD`]): C's own rows are a multiple of 4 KiB apart at the T5 widths, and a row group's
+//! loads of its tile right after the group above stored its own, at the same offset within a
+//! page, waited on those stores (4K aliasing), which held 16 and 32 rows to about half the
+//! machine's product rate even with B in cache.
+//!
 //! At the scalar level the product stays with gemm. Columns past the last whole panel are done by
 //! a plain loop. `cargo run --release -p model --example skinny_bench` times both against each
 //! other at T5-XXL's decoding shapes, each call on another copy of B so that B comes from memory
-//! as in a decoding step (`SK_COPIES=6`); on a 2-core AVX-512 Xeon (GFLOP/s, gemm → here): the
-//! 4096 × 10240 feed-forward 7.7 → 14.0 at 1 row, 32 → 79 at 8, 75 → 149 at 32; the 4096 × 32128
-//! LM head 8.2 → 15.0, 34 → 101, 90 → 204 (B read at 28–30 GB/s at one row, 20–29 at 8). The
-//! 32-row tiles run at about half the machine's product rate even on a B that stays in cache:
-//! their C tile is loaded and stored once per 16-row block.
+//! as in a decoding step (`SK_COPIES=6`); on a 2-core Zen 4 EPYC (AVX-512, gemm's 2048³ product
+//! at 213 GFLOP/s; GFLOP/s, gemm → here): the 4096 × 10240 feed-forward 8.2 → 14.6 at 1 row,
+//! 57 → 99 at 8, 126 → 155–160 at 32; the 4096 × 32128 LM head 8.1 → 16.3, 70 → 93, 141 → 160–165
+//! (B read at 29–33 GB/s at one row, 23–26 at 8); with `REPRO_SIMD=avx2` at 32 rows 126 → 133
+//! and 142 → 142.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -42,8 +48,13 @@ use super::simd::SimdLevel;
 /// Rows of A up to which a product takes this kernel instead of gemm.
 pub const SKINNY_MAX_ROWS: usize = 32;
 
-/// Rows of A per register tile (the tile is MR × 2 vector registers: 16 accumulators).
+/// Rows of A per register tile with AVX-512 (the tile is MR × 2 vector registers: 16 of its 32
+/// registers accumulate).
 const MR: usize = 8;
+
+/// Rows of A per register tile with AVX2, whose 16 registers hold 6 × 2 accumulators, the block
+/// row's two vectors and a broadcast (8 rows would spill accumulators to the stack).
+const MR_AVX2: usize = 6;
 
 /// Rows of B per block (see the module's docs): a block of one AVX-512 panel is 16 × 32 floats,
 /// 2 KiB; `skinny_bench` with B from memory, 8 rows: 16 rows per block 80–108 GFLOP/s, 32 rows
@@ -111,7 +122,7 @@ pub fn skinny_product_acc(
         // SAFETY: this task writes only columns j0..j1 of C, which no other task writes; a, b and
         // c hold m × k, k × n and m × n floats (checked), and j1 ≤ n.
         unsafe {
-            let tiles = match level {
+            let tiles: &[Tile] = match level {
                 #[cfg(target_arch = "x86_64")]
                 SimdLevel::Avx512 => &TILES_AVX512,
                 #[cfg(target_arch = "x86_64")]
@@ -310,8 +321,9 @@ enum Block {
     Packed { pack: *const f32 },
 }
 
-/// A kernel of one [R, panel] tile of C over a block of B (see [`tile_avx512`]).
-type Tile = unsafe fn(*mut f32, usize, (*const f32, usize), *const f32, usize, Block);
+/// A kernel of one [R, panel] tile of C over a block of B (see [`tile_avx512`]): (C, its row
+/// stride), (A's block, its stride), (B, its row stride), the block's depth, where it reads B.
+type Tile = unsafe fn((*mut f32, usize), (*const f32, usize), (*const f32, usize), usize, Block);
 
 /// The AVX-512 tiles of 1..=MR rows.
 #[cfg(target_arch = "x86_64")]
@@ -326,21 +338,20 @@ const TILES_AVX512: [Tile; MR] = [
     tile_avx512::<8>,
 ];
 
-/// The AVX2 tiles of 1..=MR rows.
+/// The AVX2 tiles of 1..=MR_AVX2 rows.
 #[cfg(target_arch = "x86_64")]
-const TILES_AVX2: [Tile; MR] = [
+const TILES_AVX2: [Tile; MR_AVX2] = [
     tile_avx2::<1>,
     tile_avx2::<2>,
     tile_avx2::<3>,
     tile_avx2::<4>,
     tile_avx2::<5>,
     tile_avx2::<6>,
-    tile_avx2::<7>,
-    tile_avx2::<8>,
 ];
 
 /// Columns j0..j1 (whole panels of `panel` columns) of `c += a · b`: per block of `KC` rows of B
-/// and per panel, the rows of A in groups of up to `MR`, each through its level's tile (the first
+/// and per panel, the rows of A in groups of up to the level's tile height (`MR`, `MR_AVX2`),
+/// each through its level's tile (the first
 /// group prefetching the block).
 ///
 /// # Safety
@@ -351,7 +362,7 @@ unsafe fn columns(
     b: *const f32,
     (m, k, n): (usize, usize, usize),
     (j0, j1): (usize, usize),
-    (panel, tiles): (usize, &[Tile; MR]),
+    (panel, tiles): (usize, &[Tile]),
 ) {
     // The block's copy for the row groups after the first: contiguous, so that its rows do not
     // share the few L1 sets that rows a power-of-two stride apart in B map to.
@@ -360,6 +371,17 @@ unsafe fn columns(
     // The block of A, [KC, m] (a row of A's block per column), so that a tile's broadcasts of
     // its rows at one depth are adjacent floats instead of floats a whole row of A apart.
     let mut a_block = [0f32; KC * SKINNY_MAX_ROWS];
+    // The task's columns of C, copied to rows `cs` floats apart (see [`C_PAD`]) for the blocks
+    // and back at the end.
+    let w = j1 - j0;
+    let cs = w + C_PAD;
+    let mut local = vec![0f32; m * cs];
+    for i in 0..m {
+        // SAFETY: row i < m of C, columns j0..j1 ≤ n.
+        let row = unsafe { std::slice::from_raw_parts(c.add(i * n + j0), w) };
+        local[i * cs..i * cs + w].copy_from_slice(row);
+    }
+    let cl = local.as_mut_ptr();
     for k0 in (0..k).step_by(KC) {
         let k1 = (k0 + KC).min(k);
         for t in 0..k1 - k0 {
@@ -371,24 +393,38 @@ unsafe fn columns(
         for j in (j0..j1).step_by(panel) {
             let mut i0 = 0;
             while i0 < m {
-                let rows = (m - i0).min(MR);
-                let block = match (i0, m <= MR) {
+                let rows = (m - i0).min(tiles.len());
+                let block = match (i0, m <= tiles.len()) {
                     (0, true) => Block::Only,
                     (0, false) => Block::First { pack },
                     _ => Block::Packed { pack },
                 };
-                // SAFETY: rows i0..i0 + rows of A and C, rows k0..k1 and the panel's columns of B;
-                // the pack holds KC rows of a panel of at most 32 columns.
+                // SAFETY: rows i0..i0 + rows of A and of the local C (columns j − j0 .. + panel
+                // ≤ w), rows k0..k1 and the panel's columns of B; the pack holds KC rows of a
+                // panel of at most 32 columns.
                 unsafe {
                     let a = (a_block.as_ptr().add(i0), m);
-                    let b = b.add(k0 * n + j);
-                    tiles[rows - 1](c.add(i0 * n + j), n, a, b, k1 - k0, block);
+                    let b = (b.add(k0 * n + j), n);
+                    let c = (cl.add(i0 * cs + j - j0), cs);
+                    tiles[rows - 1](c, a, b, k1 - k0, block);
                 }
                 i0 += rows;
             }
         }
     }
+    for i in 0..m {
+        // SAFETY: as above; this task alone writes these columns of C.
+        let row = unsafe { std::slice::from_raw_parts_mut(c.add(i * n + j0), w) };
+        row.copy_from_slice(&local[i * cs..i * cs + w]);
+    }
 }
+
+/// Floats past a row of the task's local C: rows `w + C_PAD` floats apart, not the multiple of
+/// 4 KiB that C's own rows are at the T5 widths (4096, 10240, 32128 floats: 16, 40, 125.5 KiB),
+/// where a row group's loads of its C tile right after the previous group's stores to the rows
+/// above, at the same offset within a page, wait on those stores (4K aliasing): on Zen 4 the
+/// 16- and 32-row products ran at 0.6–0.8× the 8-row one per FLOP.
+const C_PAD: usize = 16;
 
 /// The tile kernel of one SIMD level: `$tile::<R>`, one [R, panel] tile of C (row stride n) plus a
 /// block of rows of A ([depth, m] order, `a` at the tile's first row) times the same rows of B's
@@ -403,10 +439,9 @@ macro_rules! tile_kernel {
         #[target_feature(enable = $feature)]
         #[inline]
         unsafe fn $tile<const R: usize>(
-            c: *mut f32,
-            n: usize,
+            (c, n): (*mut f32, usize),
             a: (*const f32, usize),
-            b: *const f32,
+            b: (*const f32, usize),
             depth: usize,
             block: Block,
         ) {
@@ -414,8 +449,8 @@ macro_rules! tile_kernel {
             // SAFETY: the caller's ranges (see `columns`); the pack holds the block's rows.
             unsafe {
                 match block {
-                    Block::Only => $pass::<R, true>(c, n, a, (b, n), depth, None),
-                    Block::First { pack } => $pass::<R, true>(c, n, a, (b, n), depth, Some(pack)),
+                    Block::Only => $pass::<R, true>(c, n, a, b, depth, None),
+                    Block::First { pack } => $pass::<R, true>(c, n, a, b, depth, Some(pack)),
                     Block::Packed { pack } => {
                         $pass::<R, false>(c, n, a, (pack, PANEL), depth, None)
                     }
@@ -522,9 +557,10 @@ mod tests {
         out
     }
 
-    /// At every SIMD level with a kernel, over row counts on both sides of the tile height and of
-    /// the one-row path, depths on both sides of a block, and widths with and without a partial
-    /// panel: `c + a · b` equals the formula, the accumulated c included.
+    /// At every SIMD level with a kernel, over row counts on both sides of each level's tile
+    /// height and of the streamed rows, depths on both sides of a block, and widths with and
+    /// without a partial panel, within one task's columns and across several: `c + a · b` equals
+    /// the formula, the accumulated c included.
     #[test]
     fn skinny_products_equal_the_formula() {
         let levels: Vec<SimdLevel> = SimdLevel::supported_levels()
@@ -532,9 +568,9 @@ mod tests {
             .filter(|&l| takes(l, 1))
             .collect();
         for level in levels {
-            for m in [1, 2, 3, 4, 5, 7, 8, 9, 17, 32] {
+            for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 32] {
                 for k in [1, 5, 130, 300] {
-                    for n in [1, 15, 16, 17, 33, 100, 513] {
+                    for n in [1, 15, 16, 17, 33, 100, 513, 2100] {
                         let a: Vec<f32> = (0..m * k).map(|i| value(i, 1)).collect();
                         let b: Vec<f32> = (0..k * n).map(|i| value(i, 2)).collect();
                         let c0: Vec<f32> = (0..m * n).map(|i| value(i, 3)).collect();
