@@ -351,8 +351,8 @@ const TILES_AVX2: [Tile; MR_AVX2] = [
 
 /// Columns j0..j1 (whole panels of `panel` columns) of `c += a · b`: per block of `KC` rows of B
 /// and per panel, the rows of A in groups of up to the level's tile height (`MR`, `MR_AVX2`),
-/// each through its level's tile (the first
-/// group prefetching the block).
+/// each through its level's tile (the first group prefetching the block), summed into a copy of
+/// the task's columns of C with padded rows.
 ///
 /// # Safety
 /// a, b and c hold m × k, k × n and m × n floats, j1 ≤ n, and `tiles` are the running CPU's.
