@@ -279,27 +279,32 @@ impl T5Config {
     /// cross-attention run once per input token (the decoding cache's cost), its other products
     /// once per target token.
     pub fn forward_flops(&self, batch: usize, s: usize, t: usize) -> f64 {
-        let (d, ff, vocab) = (
-            self.d_model as f64,
-            self.d_ff as f64,
-            self.vocab_size as f64,
-        );
-        let inner = (self.n_heads * self.d_kv) as f64;
+        let (d, vocab) = (self.d_model as f64, self.vocab_size as f64);
         let kv = (self.n_kv_heads * self.d_kv) as f64;
         let encoder = self.encoder_flops(batch, s);
         let (s, t) = (s as f64, t as f64);
-        let ffn = 2.0 * 3.0 * d * ff;
-        // QKᵀ and AV over n keys, all heads: 2·2·n·H·dk.
-        let scores = |n: f64| 4.0 * n * inner;
-        let decoder_token = 2.0 * 2.0 * d * (inner + kv) // self-attention Q, O and K, V
-            + scores(t)
-            + 2.0 * 2.0 * d * inner // cross-attention Q, O
-            + scores(s)
-            + ffn;
         let cross_kv_per_input = 2.0 * 2.0 * d * kv;
-        let decoder = self.n_decoder_layers as f64 * (t * decoder_token + s * cross_kv_per_input)
+        let decoder = self.n_decoder_layers as f64
+            * (t * self.decoder_token_flops(t, s) + s * cross_kv_per_input)
             + t * 2.0 * d * vocab;
         encoder + batch as f64 * decoder
+    }
+
+    /// One decoder layer's FLOPs per target token that attends to `self_keys` decoded positions
+    /// and `cross_keys` encoder positions: self-attention's Q, O, K, V projections, its scores
+    /// and weighted sum, cross-attention's Q and O (its K and V are applied once per input
+    /// token) and its scores and weighted sum, the gated FFN.
+    fn decoder_token_flops(&self, self_keys: f64, cross_keys: f64) -> f64 {
+        let (d, ff) = (self.d_model as f64, self.d_ff as f64);
+        let inner = (self.n_heads * self.d_kv) as f64;
+        let kv = (self.n_kv_heads * self.d_kv) as f64;
+        // QKᵀ and AV over n keys, all heads: 2·2·n·H·dk.
+        let scores = |n: f64| 4.0 * n * inner;
+        2.0 * 2.0 * d * (inner + kv)
+            + scores(self_keys)
+            + 2.0 * 2.0 * d * inner
+            + scores(cross_keys)
+            + 2.0 * 3.0 * d * ff
     }
 
     /// Training FLOPs of one step (backward ≈ 2 × forward).
@@ -332,14 +337,8 @@ impl T5Config {
         let (heads, kv_heads) = (self.n_heads * self.d_kv, self.n_kv_heads * self.d_kv);
         let (inner, kv) = (heads as f64, kv_heads as f64);
         let (b, layers) = (batch as f64, self.n_decoder_layers as f64);
-        // Per decoder layer and sequence: self-attention's Q, O, K, V projections, its scores and
-        // weighted sum over the decoded positions, cross-attention's Q and O (its K and V were
-        // applied once to the encoder output) and its scores over the input, the gated FFN.
-        let layer_flops = 2.0 * 2.0 * d * (inner + kv)
-            + 4.0 * self_positions * inner
-            + 2.0 * 2.0 * d * inner
-            + 4.0 * input as f64 * inner
-            + 2.0 * 3.0 * d * ff;
+        // Per decoder layer and sequence: its one token over the decoded and the input positions.
+        let layer_flops = self.decoder_token_flops(self_positions, input as f64);
         // Per decoder layer, once for the batch: those projections' and the FFN's weights, f32.
         let layer_weights = 4.0 * (4.0 * d * inner + 2.0 * d * kv + 3.0 * d * ff);
         DecodeStepCost {
