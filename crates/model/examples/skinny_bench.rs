@@ -1,6 +1,7 @@
-//! The skinny product (`fused::skinny`, few rows of A against a weight matrix read in place)
-//! against gemm at a decoding step's shapes (T5-XXL per-layer widths), per number of rows: GFLOP/s
-//! and B's bytes read per second, the best of several calls, on every thread.
+//! The few-row products against gemm at a decoding step's shapes (T5-XXL per-layer widths), per
+//! number of rows: `fused::skinny` (the weight matrix read in place) and `fused::packed` (packed
+//! once beforehand, as decoding does); GFLOP/s and B's bytes read per second, the best of several
+//! calls, on every thread.
 //!
 //! `cargo run --release -p model --example skinny_bench [-- ROWS...]`; `SK_COPIES=N` calls each
 //! product on N copies of B in turn (6 puts them past this machine's last-level cache, as a
@@ -8,6 +9,7 @@
 //! on 2 MiB pages.
 use std::time::Instant;
 
+use model::fused::packed::{PackedMatrix, packed_product_acc};
 use model::fused::simd::SimdLevel;
 use model::fused::skinny::skinny_product_acc;
 
@@ -87,9 +89,9 @@ fn main() {
     let level = SimdLevel::selected();
     println!("level {}", level.name());
     println!(
-        "| shape | rows | gemm GFLOP/s | skinny GFLOP/s | gemm GB/s of B | skinny GB/s of B | max abs diff |"
+        "| shape | rows | gemm GFLOP/s | skinny GFLOP/s | packed GFLOP/s | gemm GB/s of B | skinny GB/s of B | packed GB/s of B | max abs diff |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     // `SK_SHAPE=k,n` times one shape of one's own instead of the three.
     let own = std::env::var("SK_SHAPE").ok().map(|s| {
         let v: Vec<usize> = s
@@ -111,6 +113,7 @@ fn main() {
             .unwrap_or(1);
         let bs: Vec<&[f32]> = (0..copies).map(|_| &*huge(k * n)).collect();
         let b = bs[0];
+        let packs: Vec<PackedMatrix> = bs.iter().map(|b| PackedMatrix::pack(b, (k, n))).collect();
         for &m in &rows {
             let a: Vec<f32> = (0..m * k)
                 .map(|i| ((i * 104729) % 997) as f32 / 997.0 - 0.5)
@@ -122,9 +125,15 @@ fn main() {
                 skinny_product_acc(level, &mut c2, &a, b, (m, k, n)),
                 "no skinny kernel"
             );
+            let mut c3 = vec![0f32; m * n];
+            assert!(
+                packed_product_acc(level, &mut c3, &a, &packs[0], m),
+                "no packed kernel"
+            );
             let diff = c1
                 .iter()
                 .zip(&c2)
+                .chain(c1.iter().zip(&c3))
                 .map(|(x, y)| (x - y).abs())
                 .fold(0f32, f32::max);
             let reps = 7;
@@ -137,14 +146,20 @@ fn main() {
                 turn += 1;
                 skinny_product_acc(level, &mut c2, &a, bs[turn % copies], (m, k, n));
             });
+            let tp = best(reps, || {
+                turn += 1;
+                packed_product_acc(level, &mut c3, &a, &packs[turn % copies], m);
+            });
             let flops = 2.0 * (m * k * n) as f64;
             let bytes = 4.0 * (k * n) as f64;
             println!(
-                "| {what} | {m} | {:.1} | {:.1} | {:.1} | {:.1} | {diff:.2e} |",
+                "| {what} | {m} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {diff:.2e} |",
                 flops / tg / 1e9,
                 flops / ts / 1e9,
+                flops / tp / 1e9,
                 bytes / tg / 1e9,
-                bytes / ts / 1e9
+                bytes / ts / 1e9,
+                bytes / tp / 1e9
             );
         }
     }

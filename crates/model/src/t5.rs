@@ -17,6 +17,8 @@
 //! Shapes: B batch, S encoder length, T decoder length, H query heads, G K/V heads, dk = d_kv,
 //! d = d_model, V vocabulary.
 
+use std::sync::Arc;
+
 use burn::module::Param;
 use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig, RmsNorm,
@@ -26,7 +28,7 @@ use burn::prelude::*;
 use burn::tensor::activation::softmax;
 
 use crate::attention::MASKED_SCORE;
-use crate::fused::{self, Activation, Gate, gated_activation};
+use crate::fused::{self, Activation, Gate, PackedWeight, gated_activation};
 use crate::layers::{Direction, future_mask, linear};
 use crate::lm::cross_entropy;
 
@@ -663,43 +665,57 @@ pub struct T5Attention {
 }
 
 impl T5Attention {
-    /// K and V of `source` [B, S, d]: [B, G, S, dk] each, the form the decoding cache stores.
-    pub fn project_kv(&self, source: Tensor<3>) -> (Tensor<4>, Tensor<4>) {
-        let k = split_heads(linear(&self.k, source.clone()), self.n_kv_heads);
-        let v = split_heads(linear(&self.v, source), self.n_kv_heads);
+    /// The module's own projections.
+    fn projections(&self) -> AttentionProj<'_> {
+        AttentionProj {
+            q: Proj::Module(&self.q),
+            k: Proj::Module(&self.k),
+            v: Proj::Module(&self.v),
+            o: Proj::Module(&self.o),
+        }
+    }
+
+    /// K and V of `source` [B, S, d] through `p`: [B, G, S, dk] each, the form the decoding cache
+    /// stores.
+    fn project_kv(&self, p: AttentionProj, source: Tensor<3>) -> (Tensor<4>, Tensor<4>) {
+        let k = split_heads(p.k.forward(source.clone()), self.n_kv_heads);
+        let v = split_heads(p.v.forward(source), self.n_kv_heads);
         (k, v)
     }
 
-    /// Queries `x` [B, T, d] against given K, V [B, G, S, dk] with `bias` → [B, T, d].
-    pub fn attend(
+    /// Queries `x` [B, T, d] against given K, V [B, G, S, dk] with `bias`, Q and O through `p`
+    /// → [B, T, d].
+    fn attend(
         &self,
+        p: AttentionProj,
         x: Tensor<3>,
-        k: Tensor<4>,
-        v: Tensor<4>,
+        (k, v): (Tensor<4>, Tensor<4>),
         bias: &AttentionBias,
     ) -> Tensor<3> {
-        let q = split_heads(linear(&self.q, x), self.n_heads);
+        let q = split_heads(p.q.forward(x), self.n_heads);
         let a = grouped_attention(q, k, v, bias, Some(&self.dropout));
-        linear(&self.o, merge_heads(a))
+        p.o.forward(merge_heads(a))
     }
 
     /// Queries `x` [B, 1, d] against the first `used` positions of a decoding cache's K, V
-    /// ([B, G, L, dk]) → [B, 1, d] ([`grouped_attention_cached`]).
-    pub fn attend_cached(
+    /// ([B, G, L, dk]), Q and O through `p` → [B, 1, d] ([`grouped_attention_cached`]).
+    fn attend_cached(
         &self,
+        p: AttentionProj,
         x: Tensor<3>,
         (k, v, used): (&Tensor<4>, &Tensor<4>, usize),
         bias: &AttentionBias,
     ) -> Tensor<3> {
-        let q = split_heads(linear(&self.q, x), self.n_heads);
+        let q = split_heads(p.q.forward(x), self.n_heads);
         let a = grouped_attention_cached(q, (k, v, used), bias);
-        linear(&self.o, merge_heads(a))
+        p.o.forward(merge_heads(a))
     }
 
     /// Queries `x` [B, T, d] against keys and values projected from `source` [B, S, d] → [B, T, d].
     pub fn forward(&self, x: Tensor<3>, source: Tensor<3>, bias: &AttentionBias) -> Tensor<3> {
-        let (k, v) = self.project_kv(source);
-        self.attend(x, k, v, bias)
+        let p = self.projections();
+        let kv = self.project_kv(p, source);
+        self.attend(p, x, kv, bias)
     }
 }
 
@@ -716,11 +732,144 @@ pub struct GatedGelu {
 }
 
 impl GatedGelu {
+    /// The module's own projections.
+    fn projections(&self) -> FfnProj<'_> {
+        FfnProj {
+            wi_0: Proj::Module(&self.wi_0),
+            wi_1: Proj::Module(&self.wi_1),
+            wo: Proj::Module(&self.wo),
+        }
+    }
+
     /// [B, L, d] → [B, L, d]
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let gate = Gate::Tensor(linear(&self.wi_1, x.clone()));
-        let h = gated_activation(linear(&self.wi_0, x), None, Activation::GeluTanh, gate);
-        linear(&self.wo, self.dropout.forward(h))
+        self.forward_through(self.projections(), x)
+    }
+
+    /// [`Self::forward`] with the projections `p`.
+    fn forward_through(&self, p: FfnProj, x: Tensor<3>) -> Tensor<3> {
+        let gate = Gate::Tensor(p.wi_1.forward(x.clone()));
+        let h = gated_activation(p.wi_0.forward(x), None, Activation::GeluTanh, gate);
+        p.wo.forward(self.dropout.forward(h))
+    }
+}
+
+/// One projection's weights as a layer multiplies by them: the module's own `Linear` (training,
+/// teacher forcing, the encoder) or a copy packed for decoding ([`DecodingWeights`]).
+#[derive(Clone, Copy)]
+enum Proj<'a> {
+    Module(&'a Linear),
+    Packed(&'a PackedWeight),
+}
+
+impl Proj<'_> {
+    /// [B, T, d_in] → [B, T, d_out]
+    fn forward(self, x: Tensor<3>) -> Tensor<3> {
+        match self {
+            Proj::Module(l) => linear(l, x),
+            Proj::Packed(w) => {
+                let [b, t, d] = x.dims();
+                let n = w.weight().dims()[1];
+                w.matmul(x.reshape([b * t, d])).reshape([b, t, n])
+            }
+        }
+    }
+}
+
+/// The projections of an attention sub-layer.
+#[derive(Clone, Copy)]
+struct AttentionProj<'a> {
+    q: Proj<'a>,
+    k: Proj<'a>,
+    v: Proj<'a>,
+    o: Proj<'a>,
+}
+
+/// The projections of a feed-forward network.
+#[derive(Clone, Copy)]
+struct FfnProj<'a> {
+    wi_0: Proj<'a>,
+    wi_1: Proj<'a>,
+    wo: Proj<'a>,
+}
+
+/// The projections of a layer (cross-attention's in decoder layers).
+#[derive(Clone, Copy)]
+struct LayerProj<'a> {
+    self_attention: AttentionProj<'a>,
+    cross: Option<AttentionProj<'a>>,
+    ffn: FfnProj<'a>,
+}
+
+/// The weights of a decoder layer that a decoding step multiplies by, packed
+/// ([`fused::PackedWeight`]): self-attention's Q, K, V, O, cross-attention's Q and O (its K and V
+/// are projected once, into the cache), the feed-forward network's three.
+#[derive(Clone, Debug)]
+struct PackedLayer {
+    self_attention: [PackedWeight; 4],
+    cross: [PackedWeight; 2],
+    ffn: [PackedWeight; 3],
+}
+
+impl PackedLayer {
+    fn new(layer: &T5Layer) -> Self {
+        let pack = |l: &Linear| PackedWeight::new(l.weight.val());
+        let (a, f) = (&layer.self_attention, &layer.ffn);
+        let cross = &layer
+            .cross
+            .as_ref()
+            .expect("decoder layers have cross-attention")
+            .attention;
+        Self {
+            self_attention: [pack(&a.q), pack(&a.k), pack(&a.v), pack(&a.o)],
+            cross: [pack(&cross.q), pack(&cross.o)],
+            ffn: [pack(&f.wi_0), pack(&f.wi_1), pack(&f.wo)],
+        }
+    }
+
+    /// The projections of `layer` (the layer these weights were packed from), packed.
+    fn projections<'a>(&'a self, layer: &'a T5Layer) -> LayerProj<'a> {
+        let [q, k, v, o] = &self.self_attention;
+        let [cross_q, cross_o] = &self.cross;
+        let [wi_0, wi_1, wo] = &self.ffn;
+        LayerProj {
+            self_attention: AttentionProj {
+                q: Proj::Packed(q),
+                k: Proj::Packed(k),
+                v: Proj::Packed(v),
+                o: Proj::Packed(o),
+            },
+            cross: layer.cross.as_ref().map(|c| AttentionProj {
+                q: Proj::Packed(cross_q),
+                o: Proj::Packed(cross_o),
+                ..c.attention.projections()
+            }),
+            ffn: FfnProj {
+                wi_0: Proj::Packed(wi_0),
+                wi_1: Proj::Packed(wi_1),
+                wo: Proj::Packed(wo),
+            },
+        }
+    }
+}
+
+/// A model's decoder weights packed for decoding steps, whose products have one row per sequence
+/// of the batch ([`fused::packed`]): made once per decoding run ([`T5Model::decoding_weights`]),
+/// one pass over the decoder's and the LM head's weights, and held by the [`DecoderCache`]. Off
+/// plain `flex` they hold the weight tensors only, and the steps use the modules' own path.
+#[derive(Clone, Debug)]
+pub struct DecodingWeights {
+    layers: Vec<PackedLayer>,
+    lm_head: PackedWeight,
+}
+
+impl DecodingWeights {
+    /// Whether every weight has its packed copy (the model lives on plain `flex`).
+    pub fn is_packed(&self) -> bool {
+        let layer = |l: &PackedLayer| {
+            (l.self_attention.iter().chain(&l.cross).chain(&l.ffn)).all(PackedWeight::is_packed)
+        };
+        self.lm_head.is_packed() && self.layers.iter().all(layer)
     }
 }
 
@@ -799,45 +948,60 @@ fn write_position(
 }
 
 impl T5Layer {
-    /// x: [B, T, d]; self_source: where self-attention's K/V come from; self_bias: position bias
-    /// + mask of self-attention.
+    /// The module's own projections.
+    fn projections(&self) -> LayerProj<'_> {
+        LayerProj {
+            self_attention: self.self_attention.projections(),
+            cross: self.cross.as_ref().map(|c| c.attention.projections()),
+            ffn: self.ffn.projections(),
+        }
+    }
+
+    /// x: [B, T, d]; p: the layer's projections (its own, or packed for decoding); self_source:
+    /// where self-attention's K/V come from; self_bias: position bias + mask of self-attention.
     fn forward(
         &self,
+        p: LayerProj,
         x: Tensor<3>,
         self_source: SelfSource,
         self_bias: &AttentionBias,
         cross: Option<(CrossSource, &AttentionBias)>,
     ) -> Tensor<3> {
         let h = rms_norm(&self.self_norm, x.clone());
+        let attention = &self.self_attention;
         let a = match self_source {
-            SelfSource::Input => self.self_attention.forward(h.clone(), h, self_bias),
+            SelfSource::Input => {
+                let kv = attention.project_kv(p.self_attention, h.clone());
+                attention.attend(p.self_attention, h, kv, self_bias)
+            }
             SelfSource::Cache {
                 kv,
                 position,
                 capacity,
             } => {
-                let (k_new, v_new) = self.self_attention.project_kv(h.clone());
+                let (k_new, v_new) = attention.project_kv(p.self_attention, h.clone());
                 let (k, v) = kv.take().unzip();
                 let k = write_position(k, k_new, position, capacity);
                 let v = write_position(v, v_new, position, capacity);
                 let used = position + 1;
-                let a = self
-                    .self_attention
-                    .attend_cached(h, (&k, &v, used), self_bias);
+                let a = attention.attend_cached(p.self_attention, h, (&k, &v, used), self_bias);
                 *kv = Some((k, v));
                 a
             }
         };
         let mut x = x + self.dropout.forward(a);
-        if let (Some(layer), Some((source, mask))) = (&self.cross, cross) {
+        if let (Some(layer), Some(pc), Some((source, mask))) = (&self.cross, p.cross, cross) {
             let h = rms_norm(&layer.norm, x.clone());
-            let a = match source {
-                CrossSource::Encoded(encoded) => layer.attention.forward(h, encoded.clone(), mask),
-                CrossSource::Cached(k, v) => layer.attention.attend(h, k.clone(), v.clone(), mask),
+            let attention = &layer.attention;
+            let kv = match source {
+                CrossSource::Encoded(encoded) => attention.project_kv(pc, encoded.clone()),
+                CrossSource::Cached(k, v) => (k.clone(), v.clone()),
             };
-            x = x + self.dropout.forward(a);
+            x = x + self.dropout.forward(attention.attend(pc, h, kv, mask));
         }
-        let h = self.ffn.forward(rms_norm(&self.ffn_norm, x.clone()));
+        let h = self
+            .ffn
+            .forward_through(p.ffn, rms_norm(&self.ffn_norm, x.clone()));
         x + self.dropout.forward(h)
     }
 }
@@ -928,6 +1092,8 @@ pub struct DecoderCache {
     pub encoder_bias: AttentionBias,
     /// Positions decoded so far.
     pub position: usize,
+    /// The decoder's weights packed for the steps: those of the model that started the cache.
+    pub weights: Arc<DecodingWeights>,
 }
 
 impl DecoderCache {
@@ -954,6 +1120,7 @@ impl DecoderCache {
                 ..self.encoder_bias.clone()
             },
             position: 0,
+            weights: Arc::clone(&self.weights),
         }
     }
 
@@ -1003,7 +1170,7 @@ impl T5Model {
         // The position bias [H, S, S] and the key padding [B, S].
         let bias = encoder_bias(Some(stack.position_bias.forward(0, s, s)), keep);
         for layer in &stack.layers {
-            x = layer.forward(x, SelfSource::Input, &bias, None);
+            x = layer.forward(layer.projections(), x, SelfSource::Input, &bias, None);
         }
         stack.dropout.forward(rms_norm(&stack.final_norm, x))
     }
@@ -1041,7 +1208,7 @@ impl T5Model {
         let cross_bias = encoder_bias(None, keep);
         for layer in &stack.layers {
             let cross = Some((CrossSource::Encoded(encoded), &cross_bias));
-            x = layer.forward(x, SelfSource::Input, &self_bias, cross);
+            x = layer.forward(layer.projections(), x, SelfSource::Input, &self_bias, cross);
         }
         stack.dropout.forward(rms_norm(&stack.final_norm, x))
     }
@@ -1077,18 +1244,45 @@ impl T5Model {
             .unwrap_or_else(|| cross_entropy(self.lm_head.forward(hidden), targets, Some(weights)))
     }
 
-    /// Starts cached decoding: projects every decoder layer's cross-attention K/V once.
+    /// The decoder's and the LM head's weights packed for decoding steps (one pass over them):
+    /// made once and shared by the caches of several decoding runs
+    /// ([`Self::start_decoding_with`]), or made per run by [`Self::start_decoding`].
+    pub fn decoding_weights(&self) -> Arc<DecodingWeights> {
+        Arc::new(DecodingWeights {
+            layers: self.decoder.layers.iter().map(PackedLayer::new).collect(),
+            lm_head: PackedWeight::new(self.lm_head.weight.val()),
+        })
+    }
+
+    /// Starts cached decoding: packs the decoding weights ([`Self::decoding_weights`]) and
+    /// projects every decoder layer's cross-attention K/V once.
     pub fn start_decoding(&self, encoded: &Tensor<3>, keep: &Tensor<2, Bool>) -> DecoderCache {
+        self.start_decoding_with(self.decoding_weights(), encoded, keep)
+    }
+
+    /// [`Self::start_decoding`] with weights already packed from this model.
+    pub fn start_decoding_with(
+        &self,
+        weights: Arc<DecodingWeights>,
+        encoded: &Tensor<3>,
+        keep: &Tensor<2, Bool>,
+    ) -> DecoderCache {
+        assert_eq!(
+            weights.layers.len(),
+            self.decoder.layers.len(),
+            "decoding weights of another model"
+        );
         let cross_kv = self
             .decoder
             .layers
             .iter()
             .map(|layer| {
-                let cross = layer
+                let attention = &layer
                     .cross
                     .as_ref()
-                    .expect("decoder layers have cross-attention");
-                cross.attention.project_kv(encoded.clone())
+                    .expect("decoder layers have cross-attention")
+                    .attention;
+                attention.project_kv(attention.projections(), encoded.clone())
             })
             .collect();
         DecoderCache {
@@ -1097,6 +1291,7 @@ impl T5Model {
             cross_kv,
             encoder_bias: encoder_bias(None, keep),
             position: 0,
+            weights,
         }
     }
 
@@ -1111,7 +1306,8 @@ impl T5Model {
             direction: Direction::Bidirectional,
             padding: None,
         };
-        for (i, layer) in stack.layers.iter().enumerate() {
+        let weights = Arc::clone(&cache.weights);
+        for (i, (layer, packed)) in stack.layers.iter().zip(&weights.layers).enumerate() {
             let (ck, cv) = &cache.cross_kv[i];
             let cross = Some((CrossSource::Cached(ck, cv), &cache.encoder_bias));
             let source = SelfSource::Cache {
@@ -1119,10 +1315,10 @@ impl T5Model {
                 position: t,
                 capacity: cache.capacity,
             };
-            x = layer.forward(x, source, &self_bias, cross);
+            x = layer.forward(packed.projections(layer), x, source, &self_bias, cross);
         }
         cache.position += 1;
-        linear(&self.lm_head, rms_norm(&stack.final_norm, x))
+        Proj::Packed(&weights.lm_head).forward(rms_norm(&stack.final_norm, x))
     }
 
     /// Greedy decoding of a batch with the KV cache: at most `max_len` tokens per sequence; with

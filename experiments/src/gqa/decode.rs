@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::prelude::*;
+use model::fused::PackedWeight;
 use model::runtime::{product_gflops, read_bandwidth_gbps};
 use model::t5::{DecodeStepCost, Stop, T5Config, T5Model};
 use serde::{Deserialize, Serialize};
@@ -330,9 +331,10 @@ fn time_decoding(
     let total = config.warmup + config.repeats;
     let mut rows = Vec::new();
     let mut progress = Progress::new(total * models.len());
-    let head = &models.first().context("no models")?.1.lm_head;
-    let hidden = Tensor::<3>::random(
-        [config.batch, 1, config.d_model],
+    // The LM head as the decoding steps multiply by it: packed (`T5Model::decoding_weights`).
+    let head = PackedWeight::new(models.first().context("no models")?.1.lm_head.weight.val());
+    let hidden = Tensor::<2>::random(
+        [config.batch, config.d_model],
         burn::tensor::Distribution::Normal(0.0, 1.0),
         &encoded.device(),
     );
@@ -352,13 +354,16 @@ fn time_decoding(
         // through it, one call per step as in decoding, in the same round as the steps.
         let start = Instant::now();
         for _ in 0..config.output_length {
-            sync(model::layers::linear(head, hidden.clone()));
+            sync(head.matmul(hidden.clone()));
         }
         let lm_head_s_per_token = start.elapsed().as_secs_f64() / config.output_length as f64;
         for (groups, model) in models {
             progress.running(format!("round {round}, G = {groups}"));
+            // The model's decoding weights, packed (as a server would once, at load time) outside
+            // the timed K/V projection and decoding; one model's at a time in memory.
+            let weights = model.decoding_weights();
             let start = Instant::now();
-            let cache = model.start_decoding(encoded, keep);
+            let cache = model.start_decoding_with(weights, encoded, keep);
             let (k, _) = cache.cross_kv.last().context("the decoder has no layers")?;
             sync(k.clone());
             let cross_kv_s = start.elapsed().as_secs_f64();

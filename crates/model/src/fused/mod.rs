@@ -28,8 +28,9 @@
 //! - [`matmul_2d`]: dense products (projections, feed-forward layers, the LM head) with gemm
 //!   called directly, forward and backward; [`affine_2d`] the same with a linear layer's bias added
 //!   inside the product (gemm accumulates onto the bias rows; its gradient a parallel column sum);
-//!   a product of at most [`skinny::SKINNY_MAX_ROWS`] rows (a decoding step) runs in [`skinny`],
-//!   which reads the weights in place instead of packing them;
+//!   a product of at most [`skinny::SKINNY_MAX_ROWS`] rows runs in [`skinny`], which reads the
+//!   weights in place instead of packing them; a decoding step's products run against weights
+//!   packed once per decoding run ([`PackedWeight`], [`packed`]), read as one sequential stream;
 //! - [`layer_norm`]: LayerNorm, one pass each way (burn's autodiff records nine ops for it);
 //!   [`rms_norm`] the same without centring (T5);
 //! - [`cross_entropy_rows`]: `logsumexp(x) − x[target]` per row, whose gradient is
@@ -379,6 +380,7 @@ mod gate;
 mod heads;
 mod linear_ce;
 mod norm;
+pub mod packed;
 mod product;
 pub mod profile;
 mod rotary;
@@ -400,8 +402,39 @@ pub use linear_ce::{
     linear_head_cross_entropy,
 };
 pub use norm::{layer_norm, rms_norm};
+pub use packed::PackedWeight;
 pub use product::{affine_2d, matmul_2d};
 pub use rotary::{RotaryTables, rotary};
+
+/// What the few-row product kernels' tests share: reproducible operands and the formula.
+#[cfg(test)]
+mod product_test_support {
+    /// A reproducible value in [-0.5, 0.5) from an index and a salt.
+    pub fn value(i: usize, salt: usize) -> f32 {
+        let h = (i as u64 ^ (salt as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .wrapping_mul(0xD1B5_4A32_D192_ED03);
+        ((h >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+    }
+
+    /// `c + a · b` summed in f64, row-major, the formula written out.
+    pub fn reference(
+        c: &[f32],
+        a: &[f32],
+        b: &[f32],
+        (m, k, n): (usize, usize, usize),
+    ) -> Vec<f32> {
+        let mut out = c.to_vec();
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k)
+                    .map(|t| a[i * k + t] as f64 * b[t * n + j] as f64)
+                    .sum();
+                out[i * n + j] = (c[i * n + j] as f64 + dot) as f32;
+            }
+        }
+        out
+    }
+}
 
 #[cfg(test)]
 mod tests {

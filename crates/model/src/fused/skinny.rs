@@ -3,7 +3,9 @@
 //! batch, against a weight matrix read once).
 //!
 //! gemm packs B into its own layout on every call, a pass over all of B (read and write) before the
-//! product proper, which at few rows is most of the work. Here B is read in place, once per call:
+//! product proper, which at few rows is most of the work. Here B is read in place, once per call
+//! (T5's decoding steps, whose weights stay the same from step to step, pack them once instead:
+//! [`packed`](super::packed), which reads B faster than the blocks below):
 //!
 //! - one row (m = 1, batch-1 decoding): each thread streams a contiguous range of columns of B's
 //!   rows, four rows at a time, onto its range of C's row (in L1): sequential reads the hardware
@@ -50,11 +52,11 @@ pub const SKINNY_MAX_ROWS: usize = 32;
 
 /// Rows of A per register tile with AVX-512 (the tile is MR × 2 vector registers: 16 of its 32
 /// registers accumulate).
-const MR: usize = 8;
+pub(super) const MR: usize = 8;
 
 /// Rows of A per register tile with AVX2, whose 16 registers hold 6 × 2 accumulators, the block
 /// row's two vectors and a broadcast (8 rows would spill accumulators to the stack).
-const MR_AVX2: usize = 6;
+pub(super) const MR_AVX2: usize = 6;
 
 /// Rows of B per block (see the module's docs): a block of one AVX-512 panel is 16 × 32 floats,
 /// 2 KiB; `skinny_bench` with B from memory, 8 rows: 16 rows per block 80–108 GFLOP/s, 32 rows
@@ -70,14 +72,15 @@ const PANELS_PER_TASK: usize = 32;
 
 /// A raw pointer to C shared by the tasks, each of which writes only its own columns.
 #[derive(Clone, Copy)]
-struct SharedC(*mut f32);
-// SAFETY: tasks write disjoint columns of C (see `skinny_product_acc`).
+pub(super) struct SharedC(pub(super) *mut f32);
+// SAFETY: tasks write disjoint columns of C (see `skinny_product_acc` and
+// `packed::packed_product_acc`).
 unsafe impl Send for SharedC {}
 unsafe impl Sync for SharedC {}
 
 impl SharedC {
     /// The pointer (a method, so that a closure captures the whole `SharedC`, not its field).
-    fn ptr(self) -> *mut f32 {
+    pub(super) fn ptr(self) -> *mut f32 {
         self.0
     }
 }
@@ -534,28 +537,8 @@ tile_kernel!(
 
 #[cfg(test)]
 mod tests {
+    use super::super::product_test_support::{reference, value};
     use super::*;
-
-    /// A reproducible value in [-0.5, 0.5) from an index and a salt.
-    fn value(i: usize, salt: usize) -> f32 {
-        let h = (i as u64 ^ (salt as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
-            .wrapping_mul(0xD1B5_4A32_D192_ED03);
-        ((h >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-    }
-
-    /// `c + a · b` summed in f64, row-major, the formula written out.
-    fn reference(c: &[f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) -> Vec<f32> {
-        let mut out = c.to_vec();
-        for i in 0..m {
-            for j in 0..n {
-                let dot: f64 = (0..k)
-                    .map(|t| a[i * k + t] as f64 * b[t * n + j] as f64)
-                    .sum();
-                out[i * n + j] = (c[i * n + j] as f64 + dot) as f32;
-            }
-        }
-        out
-    }
 
     /// At every SIMD level with a kernel, over row counts on both sides of each level's tile
     /// height and of the streamed rows, depths on both sides of a block, and widths with and

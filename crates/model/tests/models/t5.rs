@@ -373,16 +373,21 @@ fn kv_cache_size_scales_with_groups() {
     }
 }
 
-/// Cached step-by-step decoding gives the teacher-forced logits, for MHA, GQA and MQA.
+/// Cached step-by-step decoding (its products against the packed weights, `fused::packed`) gives
+/// the teacher-forced logits (the modules' own weights through gemm), for MHA, GQA and MQA, at
+/// every SIMD level (the scalar level's steps fall back to the modules' path).
 #[test]
 fn cached_decoding_equals_teacher_forcing() {
-    for g in [4, 2, 1] {
-        let model = tiny(g);
-        let b = batch(4);
-        let feed = model::t5::shift_right(b.targets.clone());
-        let (_, cached) = cached_logits(&model, &b, &feed);
-        assert_close(&cached, &logits(&model, &b), 1e-5, &format!("G = {g}"));
-    }
+    at_every_simd_level(|| {
+        for g in [4, 2, 1] {
+            let model = tiny(g);
+            let b = batch(4);
+            let feed = model::t5::shift_right(b.targets.clone());
+            let (cache, cached) = cached_logits(&model, &b, &feed);
+            assert!(cache.weights.is_packed(), "flex packs the decoding weights");
+            assert_close(&cached, &logits(&model, &b), 1e-5, &format!("G = {g}"));
+        }
+    });
 }
 
 /// Decoding past the cache's first allocation (it grows by doubling, each step writing one
