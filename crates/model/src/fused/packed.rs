@@ -5,9 +5,10 @@
 //! consecutive rows a whole row of B apart, a stride the hardware prefetchers do not follow, so it
 //! reads B in blocks of 16 rows and updates C's tile once per block. Packing B once into
 //! [`PANEL`]-column panels, each panel's rows contiguous ([n / PANEL][k][PANEL]), turns every
-//! task's read of B into one sequential stream: a tile of C stays in registers over a chunk of
+//! task's read of B into a few sequential streams: a tile of C stays in registers over a chunk of
 //! [`KC`] rows (its loads and stores of C, and their 4K aliasing, once per chunk), and the first
-//! row group's pass prefetches `PREFETCH_ROWS` ahead, which the later groups then find in L1/L2.
+//! row group's pass prefetches ahead, which the later groups then find in L1/L2. The tiles are
+//! the in-place kernel's, reading the packed rows at the panel's stride.
 //! The price is a copy of B (one pass over it, and its memory) per packing, paid once per
 //! decoding run (`T5Model::decoding_weights`), not per step.
 //!
@@ -21,8 +22,6 @@
 //! → 190 at 32 (gemm's large products: about 205); the 4096 × 32128 LM head 79 → 131 at 8 and
 //! 156 → 190 at 32.
 
-#[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::*;
 use std::fmt;
 use std::sync::Arc;
 
@@ -31,8 +30,10 @@ use burn::prelude::*;
 use rayon::prelude::*;
 
 use super::simd::SimdLevel;
-// The tile heights are the in-place kernel's: the same register budget.
-use super::skinny::{MR, MR_AVX2, SharedC};
+// The in-place kernel's tiles, reading the packed panels' rows as given.
+use super::skinny::{Block, SharedC, Tile};
+#[cfg(target_arch = "x86_64")]
+use super::skinny::{TILES_AVX2, TILES_AVX512};
 use super::{Route, contiguous, flex_from, profile, route, simd, slice};
 
 /// Columns per packed panel: two AVX-512 vectors (an AVX2 tile takes its two halves in turn).
@@ -45,9 +46,6 @@ const KC: usize = 256;
 /// Panels per parallel task: 4 panels of the XXL attention projection give 32 tasks over 2
 /// threads, few enough for each to stream long runs of B and enough to balance the threads.
 const PANELS_PER_TASK: usize = 4;
-
-/// Packed rows ahead that the first row group prefetches (4 KiB of the panel).
-const PREFETCH_ROWS: usize = 32;
 
 /// A [k, n] matrix packed for [`packed_product_acc`]: the whole panels' columns as
 /// [n / PANEL][k][PANEL], the last `n % PANEL` columns row-major [k, n % PANEL].
@@ -118,24 +116,21 @@ pub fn packed_product_acc(
         return false;
     }
     let whole = n / PANEL;
+    // Aᵀ [k, m], once for all tasks: a tile's broadcasts at one depth are adjacent floats.
+    let mut at = vec![0f32; k * m];
+    for (i, row) in a.chunks(k.max(1)).enumerate().take(m) {
+        for (t, &x) in row.iter().enumerate() {
+            at[t * m + i] = x;
+        }
+    }
     let shared = SharedC(c.as_mut_ptr());
     (0..whole.div_ceil(PANELS_PER_TASK))
         .into_par_iter()
         .for_each(|t| {
             let panels = t * PANELS_PER_TASK..((t + 1) * PANELS_PER_TASK).min(whole);
-            for p in panels {
-                // SAFETY: this task writes only panel p's columns of C, which no other task
-                // writes; a holds m × k floats, the panel k × PANEL, C m × n with p's columns < n.
-                unsafe {
-                    panel(
-                        level,
-                        shared.ptr().add(p * PANEL),
-                        a.as_ptr(),
-                        b.panels.as_ptr().add(p * k * PANEL),
-                        (m, k, n),
-                    )
-                };
-            }
+            // SAFETY: this task writes only its panels' columns of C, which no other task writes;
+            // C is m × n (checked), Aᵀ k × m, the panels are whole panels of b.
+            unsafe { panels_task(level, shared.ptr(), &at, b, m, panels) };
         });
     // The columns past the last whole panel.
     let w = n - whole * PANEL;
@@ -153,19 +148,22 @@ pub fn packed_product_acc(
     true
 }
 
-/// One panel: `c` at the panel's first column (row stride n), `b` at the packed panel. Per chunk
-/// of `KC` rows and per vector-pair of columns (one with AVX-512, two with AVX2), the rows of A in
-/// groups of the level's tile height, the first group prefetching.
+/// One task's whole panels of `c += a · b` given Aᵀ (`at`, [k, m]): per panel, per chunk of `KC`
+/// rows and per vector-pair of its columns (one with AVX-512, two with AVX2), the rows of A in
+/// groups of the level's tile height, through the in-place kernel's tiles reading the packed rows
+/// as given ([`Block::AsGiven`]), the first group prefetching.
 ///
 /// # Safety
-/// a holds m × k floats, b the packed panel (k × PANEL), c m rows of n with PANEL columns from c.
-unsafe fn panel(
+/// c points at m × b.n floats that no other task writes in these panels' columns; at is b.k × m.
+unsafe fn panels_task(
     level: SimdLevel,
     c: *mut f32,
-    a: *const f32,
-    b: *const f32,
-    (m, k, n): (usize, usize, usize),
+    at: &[f32],
+    b: &PackedMatrix,
+    m: usize,
+    panels: std::ops::Range<usize>,
 ) {
+    let (k, n) = (b.k, b.n);
     let (tiles, width): (&[Tile], usize) = match level {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx512 => (&TILES_AVX512, 32),
@@ -173,126 +171,32 @@ unsafe fn panel(
         SimdLevel::Avx2 => (&TILES_AVX2, 16),
         _ => unreachable!("no packed kernel at this level"),
     };
-    for k0 in (0..k).step_by(KC) {
-        let depth = KC.min(k - k0);
-        for j in (0..PANEL).step_by(width) {
-            let mut i0 = 0;
-            while i0 < m {
-                let rows = (m - i0).min(tiles.len());
-                // SAFETY: rows i0..i0 + rows of A and C, the chunk's rows of the panel, columns
-                // j..j + width of the panel (the caller's ranges).
-                unsafe {
-                    tiles[rows - 1](
-                        (c.add(i0 * n + j), n),
-                        (a.add(i0 * k + k0), k),
-                        b.add(k0 * PANEL + j),
-                        depth,
-                        i0 == 0 && j == 0,
-                    );
+    for p in panels {
+        for k0 in (0..k).step_by(KC) {
+            let depth = KC.min(k - k0);
+            for j in (0..PANEL).step_by(width) {
+                let mut i0 = 0;
+                while i0 < m {
+                    let rows = (m - i0).min(tiles.len());
+                    // SAFETY: rows i0..i0 + rows of A and of C, the chunk's packed rows of panel p
+                    // at columns j..j + width (row stride PANEL), C's columns p · PANEL + j.. of
+                    // this task's panels.
+                    unsafe {
+                        let bp = b.panels.as_ptr().add((p * k + k0) * PANEL + j);
+                        tiles[rows - 1](
+                            (c.add(i0 * n + p * PANEL + j), n),
+                            (at.as_ptr().add(k0 * m + i0), m),
+                            (bp, PANEL),
+                            depth,
+                            Block::AsGiven { prefetch: i0 == 0 },
+                        );
+                    }
+                    i0 += rows;
                 }
-                i0 += rows;
             }
         }
     }
 }
-
-/// A tile kernel: (C at the tile, its row stride), (A at the tile's first row and the chunk's first
-/// column, A's row stride), B at the chunk's first packed row and the tile's first column, the
-/// chunk's depth, whether to prefetch the panel ahead.
-type Tile = unsafe fn((*mut f32, usize), (*const f32, usize), *const f32, usize, bool);
-
-/// The AVX-512 tiles of 1..=MR rows.
-#[cfg(target_arch = "x86_64")]
-const TILES_AVX512: [Tile; MR] = [
-    tile_avx512::<1>,
-    tile_avx512::<2>,
-    tile_avx512::<3>,
-    tile_avx512::<4>,
-    tile_avx512::<5>,
-    tile_avx512::<6>,
-    tile_avx512::<7>,
-    tile_avx512::<8>,
-];
-
-/// The AVX2 tiles of 1..=MR_AVX2 rows.
-#[cfg(target_arch = "x86_64")]
-const TILES_AVX2: [Tile; MR_AVX2] = [
-    tile_avx2::<1>,
-    tile_avx2::<2>,
-    tile_avx2::<3>,
-    tile_avx2::<4>,
-    tile_avx2::<5>,
-    tile_avx2::<6>,
-];
-
-/// `$tile::<R>`: an [R, 2 · `$lanes`] tile of C held in registers over a chunk of packed rows
-/// (row stride [`PANEL`]), one fused multiply-add per element of the tile per row. One macro for
-/// both levels, so that they differ only in their intrinsics.
-macro_rules! packed_tile {
-    ($tile:ident, $feature:literal, $lanes:literal,
-     $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident) => {
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = $feature)]
-        unsafe fn $tile<const R: usize>(
-            (c, n): (*mut f32, usize),
-            (a, k): (*const f32, usize),
-            b: *const f32,
-            depth: usize,
-            prefetch: bool,
-        ) {
-            // SAFETY (the whole body): the caller's ranges; the prefetch address may pass the
-            // panel's end, which a prefetch does not fault on (computed with wrapping arithmetic).
-            unsafe {
-                let mut acc = [[$zero(); 2]; R];
-                for (r, row) in acc.iter_mut().enumerate() {
-                    row[0] = $load(c.add(r * n));
-                    row[1] = $load(c.add(r * n + $lanes));
-                }
-                for t in 0..depth {
-                    let bp = b.add(t * PANEL);
-                    if prefetch {
-                        // Both 64-byte lines of the packed row PREFETCH_ROWS ahead.
-                        let ahead = bp.wrapping_add(PREFETCH_ROWS * PANEL) as *const i8;
-                        _mm_prefetch::<_MM_HINT_T0>(ahead);
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
-                    }
-                    let b0 = $load(bp);
-                    let b1 = $load(bp.add($lanes));
-                    for (r, row) in acc.iter_mut().enumerate() {
-                        let x = $set1(*a.add(r * k + t));
-                        row[0] = $fma(x, b0, row[0]);
-                        row[1] = $fma(x, b1, row[1]);
-                    }
-                }
-                for (r, row) in acc.iter().enumerate() {
-                    $store(c.add(r * n), row[0]);
-                    $store(c.add(r * n + $lanes), row[1]);
-                }
-            }
-        }
-    };
-}
-
-packed_tile!(
-    tile_avx512,
-    "avx512f",
-    16,
-    _mm512_setzero_ps,
-    _mm512_loadu_ps,
-    _mm512_storeu_ps,
-    _mm512_set1_ps,
-    _mm512_fmadd_ps
-);
-packed_tile!(
-    tile_avx2,
-    "avx2,fma",
-    8,
-    _mm256_setzero_ps,
-    _mm256_loadu_ps,
-    _mm256_storeu_ps,
-    _mm256_set1_ps,
-    _mm256_fmadd_ps
-);
 
 /// A weight matrix [d_in, d_out] (burn's `Linear` layout) with, where the fused kernels run
 /// (plain `flex`), a copy packed for few-row products: what a decoding step multiplies by. The

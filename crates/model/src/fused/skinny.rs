@@ -314,23 +314,27 @@ unsafe fn row_avx2(out: &mut [f32], a: &[f32], b: *const f32, (k, n): (usize, us
 
 /// Where a tile reads its block of B, and what it does with it beside the product.
 #[derive(Clone, Copy)]
-enum Block {
+pub(super) enum Block {
     /// From B in place (row stride n), prefetching `PREFETCH_ROWS` ahead and copying each row of
     /// the block into `pack` (a [KC, panel] buffer) for the row groups after it.
     First { pack: *mut f32 },
-    /// From B in place, prefetching: the block's only pass (no copy needed).
-    Only,
+    /// From B as given (at its row stride), prefetching `PREFETCH_ROWS` ahead if `prefetch`: the
+    /// block's only pass here (no copy needed), and every pass of [`packed`](super::packed)
+    /// over its packed panels (the first row group's prefetching).
+    AsGiven { prefetch: bool },
     /// From the packed copy the first group wrote (row stride = the panel's width).
     Packed { pack: *const f32 },
 }
 
-/// A kernel of one [R, panel] tile of C over a block of B (see [`tile_avx512`]): (C, its row
-/// stride), (A's block, its stride), (B, its row stride), the block's depth, where it reads B.
-type Tile = unsafe fn((*mut f32, usize), (*const f32, usize), (*const f32, usize), usize, Block);
+/// A kernel of one [R, 2 vectors] tile of C over a block of B (see [`tile_avx512`]): (C, its row
+/// stride), (A's block in [depth, rows] order, its stride), (B, its row stride), the block's
+/// depth, where it reads B.
+pub(super) type Tile =
+    unsafe fn((*mut f32, usize), (*const f32, usize), (*const f32, usize), usize, Block);
 
 /// The AVX-512 tiles of 1..=MR rows.
 #[cfg(target_arch = "x86_64")]
-const TILES_AVX512: [Tile; MR] = [
+pub(super) const TILES_AVX512: [Tile; MR] = [
     tile_avx512::<1>,
     tile_avx512::<2>,
     tile_avx512::<3>,
@@ -343,7 +347,7 @@ const TILES_AVX512: [Tile; MR] = [
 
 /// The AVX2 tiles of 1..=MR_AVX2 rows.
 #[cfg(target_arch = "x86_64")]
-const TILES_AVX2: [Tile; MR_AVX2] = [
+pub(super) const TILES_AVX2: [Tile; MR_AVX2] = [
     tile_avx2::<1>,
     tile_avx2::<2>,
     tile_avx2::<3>,
@@ -398,7 +402,7 @@ unsafe fn columns(
             while i0 < m {
                 let rows = (m - i0).min(tiles.len());
                 let block = match (i0, m <= tiles.len()) {
-                    (0, true) => Block::Only,
+                    (0, true) => Block::AsGiven { prefetch: true },
                     (0, false) => Block::First { pack },
                     _ => Block::Packed { pack },
                 };
@@ -452,7 +456,10 @@ macro_rules! tile_kernel {
             // SAFETY: the caller's ranges (see `columns`); the pack holds the block's rows.
             unsafe {
                 match block {
-                    Block::Only => $pass::<R, true>(c, n, a, b, depth, None),
+                    Block::AsGiven { prefetch: true } => $pass::<R, true>(c, n, a, b, depth, None),
+                    Block::AsGiven { prefetch: false } => {
+                        $pass::<R, false>(c, n, a, b, depth, None)
+                    }
                     Block::First { pack } => $pass::<R, true>(c, n, a, b, depth, Some(pack)),
                     Block::Packed { pack } => {
                         $pass::<R, false>(c, n, a, (pack, PANEL), depth, None)
