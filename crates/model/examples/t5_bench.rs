@@ -3,7 +3,7 @@
 //! transformers' `T5ForConditionalGeneration` (`experiments/anchors/t5_anchor.py`, the same rows).
 //!
 //! ```text
-//! cargo run --release -p model --example t5_bench -- step [table1|d512] [KV_HEADS,...] [REPS]
+//! cargo run --release -p model --example t5_bench -- step [table1|d512] [KV_HEADS,...] [REPS] [DROPOUT]
 //! cargo run --release -p model --example t5_bench -- decode [BATCH] [KV_HEADS,...] [STEPS]
 //! cargo run --release -p model --example t5_bench -- row NAME [REPS]
 //! cargo run --release -p model --example t5_bench -- ceiling
@@ -14,7 +14,8 @@
 //! vocabulary 8192, batch 8, input 128, targets 128), `d512` T5.1.1-small's width (d 512, d_ff 1024,
 //! 8 heads of 64, 6 + 6 layers, vocabulary 32128, batch 8, input 512, targets 114). Decoding:
 //! gqa_fig6's shapes (T5-XXL per layer: d 4096, d_ff 10240, 64 heads of 64, 1 + 1 layers,
-//! vocabulary 32128, input 2048), a random encoder output.
+//! vocabulary 32128, input 2048), a random encoder output. `DROPOUT` (default 0, pre-training) sets
+//! every dropout of the model, 0.1 being the fine-tuning's (attention dropout included).
 //!
 //! `row` prints `NAME,SECONDS,FLOPS,BYTES` (the median of REPS after a warm-up; the row's
 //! matrix-product FLOPs and, for decoding, the bytes of weights and K/V a step reads, from which
@@ -37,7 +38,7 @@ use std::time::Instant;
 #[global_allocator]
 static ALLOCATOR: model::runtime::Allocator = model::runtime::Allocator;
 
-const USAGE: &str = "t5_bench step [table1|d512] [KV_HEADS,...] [REPS] | \
+const USAGE: &str = "t5_bench step [table1|d512] [KV_HEADS,...] [REPS] [DROPOUT] | \
                      decode [BATCH] [KV_HEADS,...] [STEPS] | row NAME [REPS] | ceiling";
 
 fn exit(msg: &str) -> ! {
@@ -189,10 +190,16 @@ fn main() {
             let (base, shape) = train_scale(name)
                 .unwrap_or_else(|| exit(&format!("scale `{name}`: expected table1 or d512")));
             let reps = number(3, 5);
-            println!("T5 training step at `{name}` {shape:?}; {}\n", kernels());
+            let dropout: f64 = arg(4).map_or(Ok(0.0), str::parse).unwrap_or_else(|_| {
+                exit(&format!("dropout `{}`: not a number", args[4]));
+            });
+            println!(
+                "T5 training step at `{name}` {shape:?}, dropout {dropout}; {}\n",
+                kernels()
+            );
             println!("{}", header("K/V heads"));
             for g in groups(2, "8,1") {
-                let cfg = base.clone().with_n_kv_heads(g);
+                let cfg = base.clone().with_n_kv_heads(g).with_dropout(dropout);
                 cfg.validate()
                     .unwrap_or_else(|e| exit(&format!("K/V heads {g}: {e}")));
                 println!("{}", row(g.to_string(), &train_steps(&cfg, shape, reps)));

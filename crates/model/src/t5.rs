@@ -538,9 +538,9 @@ fn group_bias(bias: Tensor<4>, h: usize, g: usize, t: usize) -> Tensor<4> {
 ///
 /// The G heads are read as they are, never expanded (the bandwidth the paper saves in decoding):
 /// on `flex` by the fused kernel ([`fused::attention_grouped`]), which reads each group's K and V
-/// once for its H/G query heads; elsewhere, and under attention dropout (fine-tuning), by
-/// stacking a group's query heads along the query axis so that its scores are one product with
-/// its own K.
+/// once for its H/G query heads, with attention dropout (fine-tuning) its mask drawn by hash from
+/// a seed ([`fused::AttentionDropout`]); elsewhere by stacking a group's query heads along the
+/// query axis so that its scores are one product with its own K, with burn's `Dropout`.
 pub fn grouped_attention(
     q: Tensor<4>,
     k: Tensor<4>,
@@ -554,8 +554,12 @@ pub fn grouped_attention(
         h.is_multiple_of(g),
         "{g} K/V heads do not divide {h} query heads"
     );
-    let dropout_active = dropout.is_some_and(|d| d.prob > 0.0 && q.device().is_autodiff());
-    if !dropout_active && let Some(out) = fused_attention(&q, (&k, &v, None), bias) {
+    // Dropout applies where burn's `Dropout` would: a positive rate, in training (autodiff); its
+    // seed is drawn only where the fused kernel runs.
+    let (rate, device) = (dropout.map_or(0.0, |d| d.prob), q.device());
+    let attention_dropout = (rate > 0.0 && device.is_autodiff() && fused::available(&device))
+        .then(|| fused::AttentionDropout::new(rate as f32, dropout_seed(&device)));
+    if let Some(out) = fused_attention(&q, (&k, &v, None), bias, attention_dropout) {
         return out;
     }
     let bias = bias.dense(t, s, &q.device());
@@ -576,20 +580,35 @@ pub fn grouped_attention_cached(
     (k, v, used): (&Tensor<4>, &Tensor<4>, usize),
     bias: &AttentionBias,
 ) -> Tensor<4> {
-    if let Some(out) = fused_attention(&q, (k, v, Some(used)), bias) {
+    if let Some(out) = fused_attention(&q, (k, v, Some(used)), bias, None) {
         return out;
     }
     let prefix = |x: &Tensor<4>| x.clone().narrow(2, 0, used);
     grouped_attention(q, prefix(k), prefix(v), bias, None)
 }
 
-/// Grouped attention on the fused kernel (`None` off `flex`), over all keys or the first `used`.
-/// A single query position (a decoding step) stacks each group's H/G query heads as the rows of
-/// one query element, so that its K and V are read once for all of them in one product.
+/// A fresh seed for the fused kernel's attention dropout mask, from the device's generator (the
+/// one burn's `Dropout` draws from), so that a seeded run draws the same masks.
+fn dropout_seed(device: &Device) -> u64 {
+    let uniform = burn::tensor::Distribution::Uniform(0.0, 1.0);
+    let draws: Vec<f32> = Tensor::<1>::random([2], uniform, device)
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .expect("f32 draws");
+    let bits = |x: f32| (x as f64 * (1u64 << 24) as f64) as u64;
+    (bits(draws[0]) << 24) | bits(draws[1])
+}
+
+/// Grouped attention on the fused kernel (`None` off `flex`), over all keys or the first `used`,
+/// with dropout on its weights if given (training). A single query position (a decoding step)
+/// stacks each group's H/G query heads as the rows of one query element, so that its K and V are
+/// read once for all of them in one product.
 fn fused_attention(
     q: &Tensor<4>,
     (k, v, used): (&Tensor<4>, &Tensor<4>, Option<usize>),
     bias: &AttentionBias,
+    dropout: Option<fused::AttentionDropout>,
 ) -> Option<Tensor<4>> {
     // Off `flex` the reshapes below would copy strided heads for nothing.
     if !fused::available(&q.device()) {
@@ -623,9 +642,11 @@ fn fused_attention(
         table: table.as_ref(),
         key_mask: bias.padding.as_ref(),
     };
-    let out = match used {
-        None => fused::attention_grouped(&q3, &k3, &v3, terms, spec),
-        Some(used) => fused::attention_grouped_prefix(&q3, (&k3, &v3, used), terms, spec),
+    let out = match (used, dropout) {
+        (None, None) => fused::attention_grouped(&q3, &k3, &v3, terms, spec),
+        (None, Some(d)) => fused::attention_grouped_dropout(&q3, &k3, &v3, terms, spec, d),
+        (Some(used), None) => fused::attention_grouped_prefix(&q3, (&k3, &v3, used), terms, spec),
+        (Some(_), Some(_)) => unreachable!("decoding has no dropout"),
     }?;
     Some(out.reshape([b, h, t, dv]))
 }

@@ -24,6 +24,124 @@ pub struct AttentionSpec {
     pub causal: bool,
 }
 
+/// Dropout on the attention weights (T5.1.1's fine-tuning: dropout on the softmax output before
+/// it multiplies V, as in Mesh TensorFlow's and Hugging Face's T5): weight (n, i, j) — query
+/// element n, query row i, key j — is kept with probability 1 − `prob` and scaled by
+/// 1 / (1 − `prob`), or zeroed. Which ones is a hash of (`seed`, n, i, j), so that the backward
+/// regenerates the forward's mask instead of storing it; the caller draws a new seed per call
+/// from its generator.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionDropout {
+    /// The probability of zeroing a weight, in (0, 1).
+    pub prob: f32,
+    /// Selects the mask.
+    pub seed: u64,
+}
+
+impl AttentionDropout {
+    /// Dropout of `prob` ∈ (0, 1) with the mask `seed` selects.
+    ///
+    /// Panics if `prob` is outside (0, 1).
+    pub fn new(prob: f32, seed: u64) -> Self {
+        assert!(
+            prob > 0.0 && prob < 1.0,
+            "attention dropout probability {prob} is not in (0, 1)"
+        );
+        Self { prob, seed }
+    }
+
+    /// A weight is kept when its 32-bit hash is below this: (1 − prob) · 2³².
+    fn threshold(self) -> u32 {
+        ((1.0 - self.prob as f64) * 4_294_967_296.0).min(u32::MAX as f64) as u32
+    }
+
+    /// Row (n, i)'s key, from which each key j's hash follows.
+    fn row_key(self, (n, i): (usize, usize)) -> u32 {
+        (splitmix64(self.seed ^ splitmix64(((n as u64) << 32) ^ i as u64)) >> 32) as u32
+    }
+
+    /// Whether weight (n, i, j) is kept.
+    pub fn keeps(self, n: usize, i: usize, j: usize) -> bool {
+        key_hash(self.row_key((n, i)), j) < self.threshold()
+    }
+
+    /// `dst[j] = src[j] · (kept ? 1 / (1 − prob) : 0)` along row (n, i).
+    #[inline(always)]
+    fn apply(self, row: (usize, usize), src: &[f32], dst: &mut [f32]) {
+        let (key, threshold, scale) =
+            (self.row_key(row), self.threshold(), 1.0 / (1.0 - self.prob));
+        for (j, (d, &x)) in dst.iter_mut().zip(src).enumerate() {
+            *d = if key_hash(key, j) < threshold {
+                x * scale
+            } else {
+                0.0
+            };
+        }
+    }
+
+    /// [`Self::apply`] in place.
+    #[inline(always)]
+    fn apply_in_place(self, row: (usize, usize), xs: &mut [f32]) {
+        let (key, threshold, scale) =
+            (self.row_key(row), self.threshold(), 1.0 / (1.0 - self.prob));
+        for (j, x) in xs.iter_mut().enumerate() {
+            *x = if key_hash(key, j) < threshold {
+                *x * scale
+            } else {
+                0.0
+            };
+        }
+    }
+}
+
+/// SplitMix64's finaliser (Steele, Lea and Flood 2014): a bijective mix of 64 bits.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Key j's hash within a row: MurmurHash3's 32-bit finaliser of the row key and j, 32-bit
+/// multiplies only, so that a row's loop vectorises.
+#[inline(always)]
+fn key_hash(row_key: u32, j: usize) -> u32 {
+    let mut h = row_key ^ (j as u32).wrapping_mul(0x9E37_79B9);
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85EB_CA6B);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xC2B2_AE35);
+    h ^ (h >> 16)
+}
+
+/// Rows of a block's weights ([rows, kmax], query element b's rows from i0) through `dropout`:
+/// from `src` into `dst`, or in place when `src` is `None`.
+fn drop_rows(
+    level: simd::SimdLevel,
+    dropout: AttentionDropout,
+    (b, i0): (usize, usize),
+    kmax: usize,
+    src: Option<&[f32]>,
+    dst: &mut [f32],
+    par: Threads,
+) {
+    let row = |(r, d): (usize, &mut [f32])| {
+        let at = (b, i0 + r);
+        level.run(
+            #[inline(always)]
+            || match src {
+                Some(src) => dropout.apply(at, &src[r * kmax..(r + 1) * kmax], d),
+                None => dropout.apply_in_place(at, d),
+            },
+        )
+    };
+    if par == Threads::PerBatch {
+        dst.chunks_mut(kmax).enumerate().for_each(row);
+    } else {
+        dst.par_chunks_mut(kmax).enumerate().for_each(row);
+    }
+}
+
 /// Default of [`kept_scores_limit`]: 1 GiB per attention call, so that FLASH-Quad and the softmax
 /// Transformers keep their block scores at the cpu scales (fig5's masked 4096 tokens: 64 MiB per
 /// FLASH-Quad layer; table11's causal 8192: 136 MiB per FLASH-Quad layer, 8 layers, and 545 MiB
@@ -145,6 +263,8 @@ struct AttnInputs {
     transpose_keys: bool,
     /// The instruction set of the row loops (read on the calling thread at construction).
     level: simd::SimdLevel,
+    /// Dropout on the weights (training only).
+    dropout: Option<AttentionDropout>,
 }
 
 /// Most query rows per key/value element (r · T) for which the scores read K in place
@@ -209,6 +329,7 @@ impl AttnInputs {
             s_alloc,
             transpose_keys: (n / n_kv) * t > KEYS_IN_PLACE_MAX_ROWS,
             level: simd::current(),
+            dropout: None,
         }
     }
 
@@ -496,6 +617,8 @@ struct Scratch {
     kt: Vec<f32>,
     /// The key/value element's Vᵀ [dv, S] (backward).
     vt: Vec<f32>,
+    /// A row block's weights after dropout (with dropout only).
+    dropped: Vec<f32>,
 }
 
 /// Forward of key/value element `kv` and its `r` query elements: writes `out` ([r, T, dv]) and
@@ -537,7 +660,10 @@ fn attn_forward_one(
     par: Threads,
 ) {
     let Scratch {
-        scores: buf, kt, ..
+        scores: buf,
+        kt,
+        dropped,
+        ..
     } = scratch;
     let v = slice(&x.v);
     let vp = v[x.value_offset(b / x.r)..].as_ptr();
@@ -585,21 +711,31 @@ fn attn_forward_one(
                     )
                 });
         }
+        // The weights that multiply V: the block's, or (dropout) a dropped copy, the block's kept
+        // for the backward.
+        let weights: &[f32] = match x.dropout {
+            None => &buf[..len],
+            Some(d) => {
+                dropped.resize(len, 0.0);
+                drop_rows(level, d, (b, i0), kmax, Some(&buf[..len]), dropped, par);
+                &dropped[..len]
+            }
+        };
         if x.direct(rows, par) {
             let values = &v[x.value_offset(b / x.r)..][..kmax * x.dv];
             let out = &mut out[i0 * x.dv..i1 * x.dv];
-            direct_values(x.level, &buf[..len], values, x.dv, out);
+            direct_values(x.level, weights, values, x.dv, out);
             continue;
         }
-        // SAFETY: buf is rows × kmax, v's kmax × dv rows are inside b's K/V element, out holds
-        // T × dv.
+        // SAFETY: weights is rows × kmax, v's kmax × dv rows are inside b's K/V element, out
+        // holds T × dv.
         unsafe {
             matmul(
                 (rows, x.dv, kmax),
                 out[i0 * x.dv..].as_mut_ptr(),
                 x.dv,
                 false,
-                (buf.as_ptr(), kmax, 1),
+                (weights.as_ptr(), kmax, 1),
                 (vp, x.dv, 1),
                 1.0,
                 par.gemm(),
@@ -719,6 +855,7 @@ fn attn_backward_one(
         dp,
         kt,
         vt,
+        dropped,
     } = scratch;
     let (q, k) = (slice(&x.q), slice(&x.k));
     let (t, s, dkw, dvw) = (x.t, x.s, x.dk, x.dv);
@@ -765,6 +902,12 @@ fn attn_backward_one(
             );
         }
         let level = x.level;
+        // With dropout, O = (P ∘ M) V for the mask M (its kept entries 1 / (1 − prob)): what
+        // came back is the gradient of P ∘ M, and P's is M ∘ it. Softmax's δ below stays
+        // O · dO: Σ_j P_ij (M ∘ dP)_ij = Σ_j (P ∘ M)_ij dP_ij.
+        if let Some(d) = x.dropout {
+            drop_rows(level, d, (b, i0), kmax, None, &mut dp[..len], par);
+        }
         // Softmax's δ_i = Σ_j P_ij dP_ij = O_i · dO_i.
         let delta =
             |i: usize| simd::dot(&out[i * dvw..(i + 1) * dvw], &grad[i * dvw..(i + 1) * dvw]);
@@ -870,7 +1013,15 @@ fn attn_backward_one(
                 scale,
                 par,
             );
-            // dV += Pᵀ dO
+            // dV += Pᵀ dO, with dropout (P ∘ M)ᵀ dO.
+            let p = match x.dropout {
+                None => p,
+                Some(d) => {
+                    dropped.resize(len, 0.0);
+                    drop_rows(level, d, (b, i0), kmax, Some(p), dropped, par);
+                    &dropped[..len]
+                }
+            };
             dv_acc.add_xt_y(
                 p.as_ptr(),
                 grad[i0 * dvw..].as_ptr(),
@@ -1065,12 +1216,15 @@ impl<const P: usize> Backward<Flex, P> for AttnBackward {
 fn attention_autodiff<const P: usize>(
     tensors: [<Ad as BackendTypes>::FloatTensorPrimitive; P],
     key_mask: Option<(Vec<f32>, usize)>,
-    spec: AttentionSpec,
+    (spec, dropout): (AttentionSpec, Option<AttentionDropout>),
 ) -> <Ad as BackendTypes>::FloatTensorPrimitive {
     let nodes = tensors.each_ref().map(|t| t.node());
     let prims: Vec<FlexTensor> = tensors.iter().map(|t| t.primitive().clone()).collect();
     let qkv = (&prims[0], &prims[1], &prims[2]);
-    let inputs = AttnInputs::new(qkv, None, prims.get(3), key_mask, spec);
+    let inputs = AttnInputs {
+        dropout,
+        ..AttnInputs::new(qkv, None, prims.get(3), key_mask, spec)
+    };
     let (out, lse, kept) = attn_forward(&inputs, inputs.keep_for_backward());
     let shape = vec![inputs.n, inputs.t, inputs.dv];
     let output = flex_from(out, shape);
@@ -1118,7 +1272,20 @@ pub fn attention_grouped(
     bias: ScoreBias,
     spec: AttentionSpec,
 ) -> Option<Tensor<3>> {
-    grouped(q, (k, v, None), bias, spec)
+    grouped(q, (k, v, None), bias, (spec, None))
+}
+
+/// [`attention_grouped`] with dropout on the weights ([`AttentionDropout`]: T5's fine-tuning),
+/// the mask regenerated in the backward from its seed, or `None` off `flex`.
+pub fn attention_grouped_dropout(
+    q: &Tensor<3>,
+    k: &Tensor<3>,
+    v: &Tensor<3>,
+    bias: ScoreBias,
+    spec: AttentionSpec,
+    dropout: AttentionDropout,
+) -> Option<Tensor<3>> {
+    grouped(q, (k, v, None), bias, (spec, Some(dropout)))
 }
 
 /// [`attention_grouped`] over the first `used` keys and values of k and v ([N / r, L, dk] and
@@ -1133,14 +1300,14 @@ pub fn attention_grouped_prefix(
     if route(&q.device()) != Route::Plain {
         return None;
     }
-    grouped(q, (k, v, Some(used)), bias, spec)
+    grouped(q, (k, v, Some(used)), bias, (spec, None))
 }
 
 fn grouped(
     q: &Tensor<3>,
     (k, v, used): (&Tensor<3>, &Tensor<3>, Option<usize>),
     bias: ScoreBias,
-    spec: AttentionSpec,
+    (spec, dropout): (AttentionSpec, Option<AttentionDropout>),
 ) -> Option<Tensor<3>> {
     let route = route(&q.device());
     if route == Route::Reference {
@@ -1158,7 +1325,10 @@ fn grouped(
                 Some(b) => Some(p(b)?),
                 None => None,
             };
-            let inputs = AttnInputs::new((&q, &k, &v), used, table.as_ref(), key_mask, spec);
+            let inputs = AttnInputs {
+                dropout,
+                ..AttnInputs::new((&q, &k, &v), used, table.as_ref(), key_mask, spec)
+            };
             let (out, _, _) = attn_forward(&inputs, Keep::Nothing);
             let shape = vec![inputs.n, inputs.t, inputs.dv];
             Some(Tensor::from_primitive::<Flex>(flex_from(out, shape)))
@@ -1167,10 +1337,52 @@ fn grouped(
             let p = |t: &Tensor<3>| t.clone().try_into_primitive::<Ad>().ok();
             let (q, k, v) = (p(q)?, p(k)?, p(v)?);
             let out = match bias.table {
-                Some(b) => attention_autodiff([q, k, v, p(b)?], key_mask, spec),
-                None => attention_autodiff([q, k, v], key_mask, spec),
+                Some(b) => attention_autodiff([q, k, v, p(b)?], key_mask, (spec, dropout)),
+                None => attention_autodiff([q, k, v], key_mask, (spec, dropout)),
             };
             Some(Tensor::from_primitive::<Ad>(out))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AttentionDropout;
+
+    /// The mask keeps 1 − prob of the weights overall and in every key's column, two seeds' masks
+    /// are independent (both keep (1 − prob)² of the weights), and `apply` (the kernels' row loop)
+    /// keeps exactly the weights `keeps` names, scaled by 1 / (1 − prob).
+    #[test]
+    fn dropout_keeps_one_minus_its_rate_independently_of_seed_row_and_key() {
+        let (d, e) = (AttentionDropout::new(0.3, 5), AttentionDropout::new(0.3, 6));
+        let (rows, keys) = (16 * 64, 256);
+        let (mut kept, mut both) = (0usize, 0usize);
+        let mut per_key = vec![0usize; keys];
+        for n in 0..16 {
+            for i in 0..64 {
+                for (j, column) in per_key.iter_mut().enumerate() {
+                    let k = d.keeps(n, i, j);
+                    kept += k as usize;
+                    both += (k && e.keeps(n, i, j)) as usize;
+                    *column += k as usize;
+                }
+            }
+        }
+        // 262,144 weights: a standard deviation of 0.0009 on either fraction.
+        let total = (rows * keys) as f64;
+        assert!((kept as f64 / total - 0.7).abs() < 0.005, "kept {kept}");
+        assert!((both as f64 / total - 0.49).abs() < 0.005, "both {both}");
+        // 1024 rows per key: a standard deviation of 0.014.
+        for (j, c) in per_key.iter().enumerate() {
+            assert!((*c as f64 / rows as f64 - 0.7).abs() < 0.07, "key {j}: {c}");
+        }
+        let src: Vec<f32> = (0..100).map(|x| x as f32 + 1.0).collect();
+        let mut dst = vec![f32::NAN; 100];
+        d.apply((3, 4), &src, &mut dst);
+        let scale = 1.0 / (1.0 - 0.3f32);
+        for (j, (&got, &x)) in dst.iter().zip(&src).enumerate() {
+            let want = if d.keeps(3, 4, j) { x * scale } else { 0.0 };
+            assert_eq!(got.to_bits(), want.to_bits(), "key {j}");
         }
     }
 }

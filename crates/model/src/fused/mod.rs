@@ -7,7 +7,8 @@
 //!
 //! - [`attention`]: `score(Q Kᵀ · scale + bias) V` for score ∈ {softmax, relu²}, optionally causal
 //!   ([`attention_grouped`]: K/V heads shared by groups of query heads, read in place, a bias table
-//!   per head and a key mask per sequence: T5 with GQA),
+//!   per head and a key mask per sequence: T5 with GQA; [`attention_grouped_dropout`]: with
+//!   dropout on the weights, its mask a hash the backward regenerates),
 //!   computed in blocks of query rows (the block's scores live in one reused buffer, as in
 //!   FlashAttention); up to a memory limit the forward keeps each block for the backward (relu²
 //!   its scores, the same bits as recomputing them; softmax its probabilities, equal to rounding),
@@ -389,9 +390,10 @@ pub mod skinny;
 
 pub use activation::{Activation, activation, bias_activation, erf};
 pub use attention::{
-    AttentionSpec, DEFAULT_KEPT_SCORES_LIMIT, KEYS_IN_PLACE_MAX_ROWS, SHORT_ROW_BLOCK,
-    SHORT_ROW_BLOCK_MAX_FLOATS, ScoreBias, ScoreFn, attention, attention_grouped,
-    attention_grouped_prefix, kept_scores_limit, row_block, with_kept_scores_limit,
+    AttentionDropout, AttentionSpec, DEFAULT_KEPT_SCORES_LIMIT, KEYS_IN_PLACE_MAX_ROWS,
+    SHORT_ROW_BLOCK, SHORT_ROW_BLOCK_MAX_FLOATS, ScoreBias, ScoreFn, attention, attention_grouped,
+    attention_grouped_dropout, attention_grouped_prefix, kept_scores_limit, row_block,
+    with_kept_scores_limit,
 };
 pub use chunk_linear::chunk_linear_attention;
 pub use cross_entropy::cross_entropy_rows;

@@ -173,8 +173,17 @@ fn grouped_attention_matches_expanded_heads_outputs_and_gradients() {
 /// Outputs on the plain device; the gradients of Q, K, V and the table on the autodiff device,
 /// with the forward's probabilities kept and recomputed. One sequence with G = 1 runs the key/value
 /// elements one at a time (threads inside), the rest in parallel; blocks of up to four query rows
-/// run in parallel take the direct loops instead of gemm.
+/// run in parallel take the direct loops instead of gemm. Each case also with attention dropout
+/// ([`fused::attention_grouped_dropout`]) against the reference multiplied by the same mask
+/// ([`fused::AttentionDropout::keeps`]).
 fn grouped_attention_matches_expanded_heads_at_this_level() {
+    for dropout in [None, Some(fused::AttentionDropout::new(0.3, 11))] {
+        grouped_attention_matches_expanded_heads_with(dropout);
+    }
+}
+
+/// [`grouped_attention_matches_expanded_heads_at_this_level`] with or without dropout.
+fn grouped_attention_matches_expanded_heads_with(dropout: Option<fused::AttentionDropout>) {
     let (h, dk) = (4, 8);
     for (b, g, t, s, causal) in [
         (2, 4, 45, 45, true),
@@ -187,11 +196,22 @@ fn grouped_attention_matches_expanded_heads_at_this_level() {
         (3, 1, 1, 70, false),
         (2, 4, 3, 70, false),
     ] {
-        let what = format!("B {b}, H {h}, G {g}, T {t}, S {s}, causal {causal}");
+        let what = format!("B {b}, H {h}, G {g}, T {t}, S {s}, causal {causal}, {dropout:?}");
         let spec = AttentionSpec {
             score: ScoreFn::Softmax,
             scale: 1.0,
             causal,
+        };
+        // The dropout mask's multipliers [B·H, T, S] (query element n = b·H + h).
+        let multipliers = |d: fused::AttentionDropout, dev: &Device| {
+            let scale = 1.0 / (1.0 - d.prob);
+            let m: Vec<f32> = (0..b * h * t * s)
+                .map(|x| {
+                    let (n, i, j) = (x / (t * s), x / s % t, x % s);
+                    if d.keeps(n, i, j) { scale } else { 0.0 }
+                })
+                .collect();
+            Tensor::<3>::from_data(TensorData::new(m, [b * h, t, s]), dev)
         };
         // Sequence i's keys from 5 + 7i on are padding.
         let mask: Vec<f32> = (0..b * s)
@@ -221,14 +241,23 @@ fn grouped_attention_matches_expanded_heads_at_this_level() {
                 let future = model::layers::future_mask(t, &q.device()).unsqueeze::<3>();
                 scores = scores.mask_fill(future.expand([b * h, t, s]), f32::NEG_INFINITY);
             }
-            burn::tensor::activation::softmax(scores, 2).matmul(rep(v.clone()))
+            let weights = burn::tensor::activation::softmax(scores, 2);
+            let weights = match dropout {
+                None => weights,
+                Some(d) => weights * multipliers(d, &q.device()),
+            };
+            weights.matmul(rep(v.clone()))
         };
         let fused_of = |(q, k, v, table, key_mask): &(_, _, _, _, Tensor<2>)| {
             let bias = fused::ScoreBias {
                 table: Some(table),
                 key_mask: Some(key_mask),
             };
-            fused::attention_grouped(q, k, v, bias, spec).expect("flex")
+            match dropout {
+                None => fused::attention_grouped(q, k, v, bias, spec),
+                Some(d) => fused::attention_grouped_dropout(q, k, v, bias, spec, d),
+            }
+            .expect("flex")
         };
         let plain = run(&device());
         assert_close(
