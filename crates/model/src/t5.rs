@@ -539,7 +539,7 @@ fn group_bias(bias: Tensor<4>, h: usize, g: usize, t: usize) -> Tensor<4> {
 /// The G heads are read as they are, never expanded (the bandwidth the paper saves in decoding):
 /// on `flex` by the fused kernel ([`fused::attention_grouped`]), which reads each group's K and V
 /// once for its H/G query heads, with attention dropout (fine-tuning) its mask drawn by hash from
-/// a seed ([`fused::AttentionDropout`]); elsewhere by stacking a group's query heads along the
+/// a seed ([`fused::DropoutMask`]); elsewhere by stacking a group's query heads along the
 /// query axis so that its scores are one product with its own K, with burn's `Dropout`.
 pub fn grouped_attention(
     q: Tensor<4>,
@@ -558,7 +558,7 @@ pub fn grouped_attention(
     // seed is drawn only where the fused kernel runs.
     let (rate, device) = (dropout.map_or(0.0, |d| d.prob), q.device());
     let attention_dropout = (rate > 0.0 && device.is_autodiff() && fused::available(&device))
-        .then(|| fused::AttentionDropout::new(rate as f32, dropout_seed(&device)));
+        .then(|| fused::DropoutMask::new(rate as f32, dropout_seed(&device)));
     if let Some(out) = fused_attention(&q, (&k, &v, None), bias, attention_dropout) {
         return out;
     }
@@ -587,7 +587,20 @@ pub fn grouped_attention_cached(
     grouped_attention(q, prefix(k), prefix(v), bias, None)
 }
 
-/// A fresh seed for the fused kernel's attention dropout mask, from the device's generator (the
+/// `x` through `dropout` where burn's `Dropout` would drop (a positive rate, in training): with a
+/// hashed mask in one pass each way where the fused kernels run ([`fused::dropout`]), else burn's.
+fn drop<const D: usize>(dropout: &Dropout, x: Tensor<D>) -> Tensor<D> {
+    let device = x.device();
+    if dropout.prob > 0.0 && device.is_autodiff() && fused::available(&device) {
+        let mask = fused::DropoutMask::new(dropout.prob as f32, dropout_seed(&device));
+        if let Some(out) = fused::dropout(&x, mask) {
+            return out;
+        }
+    }
+    dropout.forward(x)
+}
+
+/// A fresh seed for the fused kernels' dropout masks, from the device's generator (the
 /// one burn's `Dropout` draws from), so that a seeded run draws the same masks.
 fn dropout_seed(device: &Device) -> u64 {
     let uniform = burn::tensor::Distribution::Uniform(0.0, 1.0);
@@ -608,7 +621,7 @@ fn fused_attention(
     q: &Tensor<4>,
     (k, v, used): (&Tensor<4>, &Tensor<4>, Option<usize>),
     bias: &AttentionBias,
-    dropout: Option<fused::AttentionDropout>,
+    dropout: Option<fused::DropoutMask>,
 ) -> Option<Tensor<4>> {
     // Off `flex` the reshapes below would copy strided heads for nothing.
     if !fused::available(&q.device()) {
@@ -771,7 +784,7 @@ impl GatedGelu {
     fn forward_through(&self, p: FfnProj, x: Tensor<3>) -> Tensor<3> {
         let gate = Gate::Tensor(p.wi_1.forward(x.clone()));
         let h = gated_activation(p.wi_0.forward(x), None, Activation::GeluTanh, gate);
-        p.wo.forward(self.dropout.forward(h))
+        p.wo.forward(drop(&self.dropout, h))
     }
 }
 
@@ -1010,7 +1023,7 @@ impl T5Layer {
                 a
             }
         };
-        let mut x = x + self.dropout.forward(a);
+        let mut x = x + drop(&self.dropout, a);
         if let (Some(layer), Some(pc), Some((source, mask))) = (&self.cross, p.cross, cross) {
             let h = rms_norm(&layer.norm, x.clone());
             let attention = &layer.attention;
@@ -1018,12 +1031,12 @@ impl T5Layer {
                 CrossSource::Encoded(encoded) => attention.project_kv(pc, encoded.clone()),
                 CrossSource::Cached(k, v) => (k.clone(), v.clone()),
             };
-            x = x + self.dropout.forward(attention.attend(pc, h, kv, mask));
+            x = x + drop(&self.dropout, attention.attend(pc, h, kv, mask));
         }
         let h = self
             .ffn
             .forward_through(p.ffn, rms_norm(&self.ffn_norm, x.clone()));
-        x + self.dropout.forward(h)
+        x + drop(&self.dropout, h)
     }
 }
 
@@ -1187,13 +1200,13 @@ impl T5Model {
     pub fn encode(&self, inputs: Tensor<2, Int>, keep: &Tensor<2, Bool>) -> Tensor<3> {
         let s = inputs.dims()[1];
         let stack = &self.encoder;
-        let mut x = stack.dropout.forward(self.shared.forward(inputs));
+        let mut x = drop(&stack.dropout, self.shared.forward(inputs));
         // The position bias [H, S, S] and the key padding [B, S].
         let bias = encoder_bias(Some(stack.position_bias.forward(0, s, s)), keep);
         for layer in &stack.layers {
             x = layer.forward(layer.projections(), x, SelfSource::Input, &bias, None);
         }
-        stack.dropout.forward(rms_norm(&stack.final_norm, x))
+        drop(&stack.dropout, rms_norm(&stack.final_norm, x))
     }
 
     /// Teacher-forced decoder logits. decoder_inputs: [B, T]; encoded: [B, S, d]; keep: [B, S]
@@ -1220,7 +1233,7 @@ impl T5Model {
     ) -> Tensor<3> {
         let t = decoder_inputs.dims()[1];
         let stack = &self.decoder;
-        let mut x = stack.dropout.forward(self.shared.forward(decoder_inputs));
+        let mut x = drop(&stack.dropout, self.shared.forward(decoder_inputs));
         let self_bias = AttentionBias {
             position: Some(stack.position_bias.forward(0, t, t)),
             direction: Direction::Causal,
@@ -1231,7 +1244,7 @@ impl T5Model {
             let cross = Some((CrossSource::Encoded(encoded), &cross_bias));
             x = layer.forward(layer.projections(), x, SelfSource::Input, &self_bias, cross);
         }
-        stack.dropout.forward(rms_norm(&stack.final_norm, x))
+        drop(&stack.dropout, rms_norm(&stack.final_norm, x))
     }
 
     /// Logits of `targets` [B, T] given `inputs` [B, S] (teacher forcing) → [B, T, V].

@@ -3,6 +3,8 @@
 #[allow(unused_imports)]
 use super::*;
 
+use super::dropout::DropoutMask;
+
 /// The function applied to the scores of [`attention`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScoreFn {
@@ -24,101 +26,11 @@ pub struct AttentionSpec {
     pub causal: bool,
 }
 
-/// Dropout on the attention weights (T5.1.1's fine-tuning: dropout on the softmax output before
-/// it multiplies V, as in Mesh TensorFlow's and Hugging Face's T5): weight (n, i, j) — query
-/// element n, query row i, key j — is kept with probability 1 − `prob` and scaled by
-/// 1 / (1 − `prob`), or zeroed. Which ones is a hash of (`seed`, n, i, j), so that the backward
-/// regenerates the forward's mask instead of storing it; the caller draws a new seed per call
-/// from its generator.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AttentionDropout {
-    /// The probability of zeroing a weight, in (0, 1).
-    pub prob: f32,
-    /// Selects the mask.
-    pub seed: u64,
-}
-
-impl AttentionDropout {
-    /// Dropout of `prob` ∈ (0, 1) with the mask `seed` selects.
-    ///
-    /// Panics if `prob` is outside (0, 1).
-    pub fn new(prob: f32, seed: u64) -> Self {
-        assert!(
-            prob > 0.0 && prob < 1.0,
-            "attention dropout probability {prob} is not in (0, 1)"
-        );
-        Self { prob, seed }
-    }
-
-    /// A weight is kept when its 32-bit hash is below this: (1 − prob) · 2³².
-    fn threshold(self) -> u32 {
-        ((1.0 - self.prob as f64) * 4_294_967_296.0).min(u32::MAX as f64) as u32
-    }
-
-    /// Row (n, i)'s key, from which each key j's hash follows.
-    fn row_key(self, (n, i): (usize, usize)) -> u32 {
-        (splitmix64(self.seed ^ splitmix64(((n as u64) << 32) ^ i as u64)) >> 32) as u32
-    }
-
-    /// Whether weight (n, i, j) is kept.
-    pub fn keeps(self, n: usize, i: usize, j: usize) -> bool {
-        key_hash(self.row_key((n, i)), j) < self.threshold()
-    }
-
-    /// `dst[j] = src[j] · (kept ? 1 / (1 − prob) : 0)` along row (n, i).
-    #[inline(always)]
-    fn apply(self, row: (usize, usize), src: &[f32], dst: &mut [f32]) {
-        let (key, threshold, scale) =
-            (self.row_key(row), self.threshold(), 1.0 / (1.0 - self.prob));
-        for (j, (d, &x)) in dst.iter_mut().zip(src).enumerate() {
-            *d = if key_hash(key, j) < threshold {
-                x * scale
-            } else {
-                0.0
-            };
-        }
-    }
-
-    /// [`Self::apply`] in place.
-    #[inline(always)]
-    fn apply_in_place(self, row: (usize, usize), xs: &mut [f32]) {
-        let (key, threshold, scale) =
-            (self.row_key(row), self.threshold(), 1.0 / (1.0 - self.prob));
-        for (j, x) in xs.iter_mut().enumerate() {
-            *x = if key_hash(key, j) < threshold {
-                *x * scale
-            } else {
-                0.0
-            };
-        }
-    }
-}
-
-/// SplitMix64's finaliser (Steele, Lea and Flood 2014): a bijective mix of 64 bits.
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Key j's hash within a row: MurmurHash3's 32-bit finaliser of the row key and j, 32-bit
-/// multiplies only, so that a row's loop vectorises.
-#[inline(always)]
-fn key_hash(row_key: u32, j: usize) -> u32 {
-    let mut h = row_key ^ (j as u32).wrapping_mul(0x9E37_79B9);
-    h ^= h >> 16;
-    h = h.wrapping_mul(0x85EB_CA6B);
-    h ^= h >> 13;
-    h = h.wrapping_mul(0xC2B2_AE35);
-    h ^ (h >> 16)
-}
-
 /// Rows of a block's weights ([rows, kmax], query element b's rows from i0) through `dropout`:
 /// from `src` into `dst`, or in place when `src` is `None`.
 fn drop_rows(
     level: simd::SimdLevel,
-    dropout: AttentionDropout,
+    dropout: DropoutMask,
     (b, i0): (usize, usize),
     kmax: usize,
     src: Option<&[f32]>,
@@ -264,7 +176,7 @@ struct AttnInputs {
     /// The instruction set of the row loops (read on the calling thread at construction).
     level: simd::SimdLevel,
     /// Dropout on the weights (training only).
-    dropout: Option<AttentionDropout>,
+    dropout: Option<DropoutMask>,
 }
 
 /// Most query rows per key/value element (r · T) for which the scores read K in place
@@ -1216,7 +1128,7 @@ impl<const P: usize> Backward<Flex, P> for AttnBackward {
 fn attention_autodiff<const P: usize>(
     tensors: [<Ad as BackendTypes>::FloatTensorPrimitive; P],
     key_mask: Option<(Vec<f32>, usize)>,
-    (spec, dropout): (AttentionSpec, Option<AttentionDropout>),
+    (spec, dropout): (AttentionSpec, Option<DropoutMask>),
 ) -> <Ad as BackendTypes>::FloatTensorPrimitive {
     let nodes = tensors.each_ref().map(|t| t.node());
     let prims: Vec<FlexTensor> = tensors.iter().map(|t| t.primitive().clone()).collect();
@@ -1275,7 +1187,7 @@ pub fn attention_grouped(
     grouped(q, (k, v, None), bias, (spec, None))
 }
 
-/// [`attention_grouped`] with dropout on the weights ([`AttentionDropout`]: T5's fine-tuning),
+/// [`attention_grouped`] with dropout on the weights ([`DropoutMask`]: T5's fine-tuning),
 /// the mask regenerated in the backward from its seed, or `None` off `flex`.
 pub fn attention_grouped_dropout(
     q: &Tensor<3>,
@@ -1283,7 +1195,7 @@ pub fn attention_grouped_dropout(
     v: &Tensor<3>,
     bias: ScoreBias,
     spec: AttentionSpec,
-    dropout: AttentionDropout,
+    dropout: DropoutMask,
 ) -> Option<Tensor<3>> {
     grouped(q, (k, v, None), bias, (spec, Some(dropout)))
 }
@@ -1307,7 +1219,7 @@ fn grouped(
     q: &Tensor<3>,
     (k, v, used): (&Tensor<3>, &Tensor<3>, Option<usize>),
     bias: ScoreBias,
-    (spec, dropout): (AttentionSpec, Option<AttentionDropout>),
+    (spec, dropout): (AttentionSpec, Option<DropoutMask>),
 ) -> Option<Tensor<3>> {
     let route = route(&q.device());
     if route == Route::Reference {
@@ -1341,48 +1253,6 @@ fn grouped(
                 None => attention_autodiff([q, k, v], key_mask, (spec, dropout)),
             };
             Some(Tensor::from_primitive::<Ad>(out))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::AttentionDropout;
-
-    /// The mask keeps 1 − prob of the weights overall and in every key's column, two seeds' masks
-    /// are independent (both keep (1 − prob)² of the weights), and `apply` (the kernels' row loop)
-    /// keeps exactly the weights `keeps` names, scaled by 1 / (1 − prob).
-    #[test]
-    fn dropout_keeps_one_minus_its_rate_independently_of_seed_row_and_key() {
-        let (d, e) = (AttentionDropout::new(0.3, 5), AttentionDropout::new(0.3, 6));
-        let (rows, keys) = (16 * 64, 256);
-        let (mut kept, mut both) = (0usize, 0usize);
-        let mut per_key = vec![0usize; keys];
-        for n in 0..16 {
-            for i in 0..64 {
-                for (j, column) in per_key.iter_mut().enumerate() {
-                    let k = d.keeps(n, i, j);
-                    kept += k as usize;
-                    both += (k && e.keeps(n, i, j)) as usize;
-                    *column += k as usize;
-                }
-            }
-        }
-        // 262,144 weights: a standard deviation of 0.0009 on either fraction.
-        let total = (rows * keys) as f64;
-        assert!((kept as f64 / total - 0.7).abs() < 0.005, "kept {kept}");
-        assert!((both as f64 / total - 0.49).abs() < 0.005, "both {both}");
-        // 1024 rows per key: a standard deviation of 0.014.
-        for (j, c) in per_key.iter().enumerate() {
-            assert!((*c as f64 / rows as f64 - 0.7).abs() < 0.07, "key {j}: {c}");
-        }
-        let src: Vec<f32> = (0..100).map(|x| x as f32 + 1.0).collect();
-        let mut dst = vec![f32::NAN; 100];
-        d.apply((3, 4), &src, &mut dst);
-        let scale = 1.0 / (1.0 - 0.3f32);
-        for (j, (&got, &x)) in dst.iter().zip(&src).enumerate() {
-            let want = if d.keeps(3, 4, j) { x * scale } else { 0.0 };
-            assert_eq!(got.to_bits(), want.to_bits(), "key {j}");
         }
     }
 }

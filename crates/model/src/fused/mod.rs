@@ -8,7 +8,7 @@
 //! - [`attention`]: `score(Q Kᵀ · scale + bias) V` for score ∈ {softmax, relu²}, optionally causal
 //!   ([`attention_grouped`]: K/V heads shared by groups of query heads, read in place, a bias table
 //!   per head and a key mask per sequence: T5 with GQA; [`attention_grouped_dropout`]: with
-//!   dropout on the weights, its mask a hash the backward regenerates),
+//!   dropout on the weights, its mask a hash the backward regenerates, [`DropoutMask`]),
 //!   computed in blocks of query rows (the block's scores live in one reused buffer, as in
 //!   FlashAttention); up to a memory limit the forward keeps each block for the backward (relu²
 //!   its scores, the same bits as recomputing them; softmax its probabilities, equal to rounding),
@@ -20,6 +20,7 @@
 //! - [`rotary`]: RoPE, with GAU's per-head scale and offset folded in, one pass each way;
 //! - [`split_heads`] / [`merge_heads`]: a projection's [B, T, H·dh] into heads [B·H, T, dh] (with
 //!   RoPE folded in) and back, one parallel pass each way (burn copies on one thread);
+//! - [`dropout`]: dropout on an activation with a hashed mask, one pass each way;
 //! - [`activation`]: SiLU and GELU in one pass each way (burn records four to six ops for each);
 //! - [`gated_activation`]: `act(x + b) ⊙ gate`, GAU's gate with U's SiLU folded in and the GLU
 //!   feed-forward from one product, one parallel pass each way;
@@ -377,6 +378,7 @@ mod activation;
 mod attention;
 mod chunk_linear;
 mod cross_entropy;
+mod dropout;
 mod gate;
 mod heads;
 mod linear_ce;
@@ -390,13 +392,14 @@ pub mod skinny;
 
 pub use activation::{Activation, activation, bias_activation, erf};
 pub use attention::{
-    AttentionDropout, AttentionSpec, DEFAULT_KEPT_SCORES_LIMIT, KEYS_IN_PLACE_MAX_ROWS,
-    SHORT_ROW_BLOCK, SHORT_ROW_BLOCK_MAX_FLOATS, ScoreBias, ScoreFn, attention, attention_grouped,
+    AttentionSpec, DEFAULT_KEPT_SCORES_LIMIT, KEYS_IN_PLACE_MAX_ROWS, SHORT_ROW_BLOCK,
+    SHORT_ROW_BLOCK_MAX_FLOATS, ScoreBias, ScoreFn, attention, attention_grouped,
     attention_grouped_dropout, attention_grouped_prefix, kept_scores_limit, row_block,
     with_kept_scores_limit,
 };
 pub use chunk_linear::chunk_linear_attention;
 pub use cross_entropy::cross_entropy_rows;
+pub use dropout::{DropoutMask, dropout};
 pub use gate::{Gate, gated_activation};
 pub use heads::{merge_heads, split_heads};
 pub use linear_ce::{

@@ -175,15 +175,15 @@ fn grouped_attention_matches_expanded_heads_outputs_and_gradients() {
 /// elements one at a time (threads inside), the rest in parallel; blocks of up to four query rows
 /// run in parallel take the direct loops instead of gemm. Each case also with attention dropout
 /// ([`fused::attention_grouped_dropout`]) against the reference multiplied by the same mask
-/// ([`fused::AttentionDropout::keeps`]).
+/// ([`fused::DropoutMask::keeps`]).
 fn grouped_attention_matches_expanded_heads_at_this_level() {
-    for dropout in [None, Some(fused::AttentionDropout::new(0.3, 11))] {
+    for dropout in [None, Some(fused::DropoutMask::new(0.3, 11))] {
         grouped_attention_matches_expanded_heads_with(dropout);
     }
 }
 
 /// [`grouped_attention_matches_expanded_heads_at_this_level`] with or without dropout.
-fn grouped_attention_matches_expanded_heads_with(dropout: Option<fused::AttentionDropout>) {
+fn grouped_attention_matches_expanded_heads_with(dropout: Option<fused::DropoutMask>) {
     let (h, dk) = (4, 8);
     for (b, g, t, s, causal) in [
         (2, 4, 45, 45, true),
@@ -203,7 +203,7 @@ fn grouped_attention_matches_expanded_heads_with(dropout: Option<fused::Attentio
             causal,
         };
         // The dropout mask's multipliers [B·H, T, S] (query element n = b·H + h).
-        let multipliers = |d: fused::AttentionDropout, dev: &Device| {
+        let multipliers = |d: fused::DropoutMask, dev: &Device| {
             let scale = 1.0 / (1.0 - d.prob);
             let m: Vec<f32> = (0..b * h * t * s)
                 .map(|x| {
@@ -283,6 +283,43 @@ fn grouped_attention_matches_expanded_heads_with(dropout: Option<fused::Attentio
             assert_grads_close(&["dq", "dk", "dv", "dtable"], &g, &g_ref, 5e-5, &what);
         }
     }
+}
+
+/// Dropout on an activation ([`fused::dropout`]): the output is the input times the mask's
+/// multipliers (element (r, 0, j): column j of row r of the last dimension, over a tensor of
+/// several parallel chunks) and the gradient the upstream gradient times the same multipliers,
+/// at every SIMD level; on the plain device (inference) it declines, as burn's `Dropout` drops
+/// nothing there.
+#[test]
+fn fused_dropout_multiplies_values_and_gradients_by_its_mask() {
+    at_every_simd_level(|| {
+        let (shape, dim) = ([4, 100, 129], 129);
+        let mask = fused::DropoutMask::new(0.25, 9);
+        let scale = 1.0 / (1.0 - 0.25f32);
+        let dev = autodiff_device();
+        let multipliers: Vec<f32> = (0..4 * 100 * dim)
+            .map(|e| {
+                if mask.keeps(e / dim, 0, e % dim) {
+                    scale
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let m = Tensor::<3>::from_data(TensorData::new(multipliers, shape), &dev);
+        let x = randn(shape, 1, &dev).require_grad();
+        let w = randn(shape, 2, &dev);
+        let out = fused::dropout(&x, mask).expect("flex with autodiff");
+        assert_close(
+            &values(out.clone()),
+            &values(x.clone() * m.clone()),
+            1e-6,
+            "values",
+        );
+        let gr = backward_with(out, &w);
+        assert_close(&grad(&x, &gr), &values(w * m), 1e-6, "gradient");
+        assert!(fused::dropout(&randn(shape, 3, &device()), mask).is_none());
+    });
 }
 
 #[test]
