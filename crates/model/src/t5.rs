@@ -554,11 +554,7 @@ pub fn grouped_attention(
         h.is_multiple_of(g),
         "{g} K/V heads do not divide {h} query heads"
     );
-    // Dropout applies where burn's `Dropout` would: a positive rate, in training (autodiff); its
-    // seed is drawn only where the fused kernel runs.
-    let (rate, device) = (dropout.map_or(0.0, |d| d.prob), q.device());
-    let attention_dropout = (rate > 0.0 && device.is_autodiff() && fused::available(&device))
-        .then(|| fused::DropoutMask::new(rate as f32, dropout_seed(&device)));
+    let attention_dropout = dropout.and_then(|d| fused_dropout_mask(d, &q.device()));
     if let Some(out) = fused_attention(&q, (&k, &v, None), bias, attention_dropout) {
         return out;
     }
@@ -590,14 +586,19 @@ pub fn grouped_attention_cached(
 /// `x` through `dropout` where burn's `Dropout` would drop (a positive rate, in training): with a
 /// hashed mask in one pass each way where the fused kernels run ([`fused::dropout`]), else burn's.
 fn drop<const D: usize>(dropout: &Dropout, x: Tensor<D>) -> Tensor<D> {
-    let device = x.device();
-    if dropout.prob > 0.0 && device.is_autodiff() && fused::available(&device) {
-        let mask = fused::DropoutMask::new(dropout.prob as f32, dropout_seed(&device));
-        if let Some(out) = fused::dropout(&x, mask) {
-            return out;
-        }
+    if let Some(mask) = fused_dropout_mask(dropout, &x.device())
+        && let Some(out) = fused::dropout(&x, mask)
+    {
+        return out;
     }
     dropout.forward(x)
+}
+
+/// A fresh mask for `dropout` on the fused kernels: where burn's `Dropout` would drop (a positive
+/// rate, in training: autodiff) and the fused kernels run; its seed drawn only then.
+fn fused_dropout_mask(dropout: &Dropout, device: &Device) -> Option<fused::DropoutMask> {
+    (dropout.prob > 0.0 && device.is_autodiff() && fused::available(device))
+        .then(|| fused::DropoutMask::new(dropout.prob as f32, dropout_seed(device)))
 }
 
 /// A fresh seed for the fused kernels' dropout masks, from the device's generator (the

@@ -26,34 +26,6 @@ pub struct AttentionSpec {
     pub causal: bool,
 }
 
-/// Rows of a block's weights ([rows, kmax], query element b's rows from i0) through `dropout`:
-/// from `src` into `dst`, or in place when `src` is `None`.
-fn drop_rows(
-    level: simd::SimdLevel,
-    dropout: DropoutMask,
-    (b, i0): (usize, usize),
-    kmax: usize,
-    src: Option<&[f32]>,
-    dst: &mut [f32],
-    par: Threads,
-) {
-    let row = |(r, d): (usize, &mut [f32])| {
-        let at = (b, i0 + r);
-        level.run(
-            #[inline(always)]
-            || match src {
-                Some(src) => dropout.apply(at, &src[r * kmax..(r + 1) * kmax], d),
-                None => dropout.apply_in_place(at, d),
-            },
-        )
-    };
-    if par == Threads::PerBatch {
-        dst.chunks_mut(kmax).enumerate().for_each(row);
-    } else {
-        dst.par_chunks_mut(kmax).enumerate().for_each(row);
-    }
-}
-
 /// Default of [`kept_scores_limit`]: 1 GiB per attention call, so that FLASH-Quad and the softmax
 /// Transformers keep their block scores at the cpu scales (fig5's masked 4096 tokens: 64 MiB per
 /// FLASH-Quad layer; table11's causal 8192: 136 MiB per FLASH-Quad layer, 8 layers, and 545 MiB
@@ -515,6 +487,34 @@ fn copy_rows(dst: &mut [f32], src: &[f32], row: usize, par: Threads) {
         dst.par_chunks_mut(row)
             .zip(src.par_chunks(row))
             .for_each(|(d, s)| d.copy_from_slice(s));
+    }
+}
+
+/// Rows of a block's weights ([rows, kmax], query element b's rows from i0) through `dropout`:
+/// from `src` into `dst`, or in place when `src` is `None`.
+fn drop_rows(
+    level: simd::SimdLevel,
+    dropout: DropoutMask,
+    (b, i0): (usize, usize),
+    kmax: usize,
+    src: Option<&[f32]>,
+    dst: &mut [f32],
+    par: Threads,
+) {
+    let row = |(r, d): (usize, &mut [f32])| {
+        let at = (b, i0 + r);
+        level.run(
+            #[inline(always)]
+            || match src {
+                Some(src) => dropout.apply(at, &src[r * kmax..(r + 1) * kmax], d),
+                None => dropout.apply_in_place(at, d),
+            },
+        )
+    };
+    if par == Threads::PerBatch {
+        dst.chunks_mut(kmax).enumerate().for_each(row);
+    } else {
+        dst.par_chunks_mut(kmax).enumerate().for_each(row);
     }
 }
 

@@ -30,7 +30,7 @@ impl DropoutMask {
     pub fn new(prob: f32, seed: u64) -> Self {
         assert!(
             prob > 0.0 && prob < 1.0,
-            "attention dropout probability {prob} is not in (0, 1)"
+            "dropout probability {prob} is not in (0, 1)"
         );
         Self { prob, seed }
     }
@@ -50,31 +50,35 @@ impl DropoutMask {
         key_hash(self.row_key((n, i)), j) < self.threshold()
     }
 
-    /// `dst[j] = src[j] · (kept ? 1 / (1 − prob) : 0)` along row (n, i).
+    /// Row (n, i)'s dropout: `(j, x)` ↦ x · 1 / (1 − prob) if element j is kept, else 0.
     #[inline(always)]
-    pub(super) fn apply(self, row: (usize, usize), src: &[f32], dst: &mut [f32]) {
+    fn row(self, row: (usize, usize)) -> impl Fn(usize, f32) -> f32 {
         let (key, threshold, scale) =
             (self.row_key(row), self.threshold(), 1.0 / (1.0 - self.prob));
-        for (j, (d, &x)) in dst.iter_mut().zip(src).enumerate() {
-            *d = if key_hash(key, j) < threshold {
+        move |j, x| {
+            if key_hash(key, j) < threshold {
                 x * scale
             } else {
                 0.0
-            };
+            }
+        }
+    }
+
+    /// `dst[j] = src[j] · (kept ? 1 / (1 − prob) : 0)` along row (n, i).
+    #[inline(always)]
+    pub(super) fn apply(self, row: (usize, usize), src: &[f32], dst: &mut [f32]) {
+        let drop = self.row(row);
+        for (j, (d, &x)) in dst.iter_mut().zip(src).enumerate() {
+            *d = drop(j, x);
         }
     }
 
     /// [`Self::apply`] in place.
     #[inline(always)]
     pub(super) fn apply_in_place(self, row: (usize, usize), xs: &mut [f32]) {
-        let (key, threshold, scale) =
-            (self.row_key(row), self.threshold(), 1.0 / (1.0 - self.prob));
+        let drop = self.row(row);
         for (j, x) in xs.iter_mut().enumerate() {
-            *x = if key_hash(key, j) < threshold {
-                *x * scale
-            } else {
-                0.0
-            };
+            *x = drop(j, *x);
         }
     }
 }

@@ -439,6 +439,35 @@ mod product_test_support {
         }
         out
     }
+
+    /// For every (m, k, n) of the grids, `product(c, a, b, (m, k, n))` on reproducible operands
+    /// (it returns whether it ran) equals `c + a · b` summed in f64, within a tolerance growing
+    /// with √k; `what` names the kernel and level in a failure.
+    pub fn check_against_formula(
+        what: &str,
+        (ms, ks, ns): (&[usize], &[usize], &[usize]),
+        product: impl Fn(&mut [f32], &[f32], &[f32], (usize, usize, usize)) -> bool,
+    ) {
+        for &m in ms {
+            for &k in ks {
+                for &n in ns {
+                    let a: Vec<f32> = (0..m * k).map(|i| value(i, 1)).collect();
+                    let b: Vec<f32> = (0..k * n).map(|i| value(i, 2)).collect();
+                    let c0: Vec<f32> = (0..m * n).map(|i| value(i, 3)).collect();
+                    let mut c = c0.clone();
+                    assert!(product(&mut c, &a, &b, (m, k, n)), "{what}: refused");
+                    let want = reference(&c0, &a, &b, (m, k, n));
+                    for (idx, (got, want)) in c.iter().zip(&want).enumerate() {
+                        let tol = 1e-5 * (1.0 + k as f32).sqrt() * 4.0;
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{what} m {m} k {k} n {n} at {idx}: {got} against {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

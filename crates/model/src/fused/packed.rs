@@ -30,10 +30,8 @@ use burn::prelude::*;
 use rayon::prelude::*;
 
 use super::simd::SimdLevel;
-// The in-place kernel's tiles, reading the packed panels' rows as given.
-use super::skinny::{Block, SharedC, Tile};
-#[cfg(target_arch = "x86_64")]
-use super::skinny::{TILES_AVX2, TILES_AVX512};
+// The in-place kernel's tiles, reading the packed panels' rows as given, and its plain loops.
+use super::skinny::{Block, SharedC, plain_columns, tiles_of};
 use super::{Route, contiguous, flex_from, profile, route, simd, slice};
 
 /// Columns per packed panel: two AVX-512 vectors (an AVX2 tile takes its two halves in turn).
@@ -133,18 +131,8 @@ pub fn packed_product_acc(
             unsafe { panels_task(level, shared.ptr(), &at, b, m, panels) };
         });
     // The columns past the last whole panel.
-    let w = n - whole * PANEL;
-    if w > 0 {
-        for i in 0..m {
-            for t in 0..k {
-                let x = a[i * k + t];
-                let row = &b.tail[t * w..(t + 1) * w];
-                for (d, &v) in c[i * n + whole * PANEL..(i + 1) * n].iter_mut().zip(row) {
-                    *d += x * v;
-                }
-            }
-        }
-    }
+    let from = whole * PANEL;
+    plain_columns(c, a, (&b.tail, n - from), (m, k, n), from);
     true
 }
 
@@ -164,13 +152,7 @@ unsafe fn panels_task(
     panels: std::ops::Range<usize>,
 ) {
     let (k, n) = (b.k, b.n);
-    let (tiles, width): (&[Tile], usize) = match level {
-        #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx512 => (&TILES_AVX512, 32),
-        #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 => (&TILES_AVX2, 16),
-        _ => unreachable!("no packed kernel at this level"),
-    };
+    let (tiles, width) = tiles_of(level);
     for p in panels {
         for k0 in (0..k).step_by(KC) {
             let depth = KC.min(k - k0);
@@ -273,7 +255,7 @@ fn p_dims(t: &burn::backend::flex::FlexTensor) -> (usize, usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::product_test_support::{reference, value};
+    use super::super::product_test_support::{check_against_formula, value};
     use super::*;
 
     /// At every SIMD level with a kernel, over row counts on both sides of each level's tile
@@ -287,27 +269,17 @@ mod tests {
             .filter(|&l| has_kernel(l))
             .collect();
         for level in levels {
-            for m in [1, 2, 5, 6, 7, 8, 9, 13, 17, 32, 40] {
-                for k in [1, 5, 255, 256, 257, 600] {
-                    for n in [1, 31, 32, 33, 100, 160, 513] {
-                        let a: Vec<f32> = (0..m * k).map(|i| value(i, 1)).collect();
-                        let b: Vec<f32> = (0..k * n).map(|i| value(i, 2)).collect();
-                        let c0: Vec<f32> = (0..m * n).map(|i| value(i, 3)).collect();
-                        let mut c = c0.clone();
-                        let packed = PackedMatrix::pack(&b, (k, n));
-                        assert!(packed_product_acc(level, &mut c, &a, &packed, m));
-                        let want = reference(&c0, &a, &b, (m, k, n));
-                        for (idx, (got, want)) in c.iter().zip(&want).enumerate() {
-                            let tol = 1e-5 * (1.0 + k as f32).sqrt() * 4.0;
-                            assert!(
-                                (got - want).abs() <= tol,
-                                "{} m {m} k {k} n {n} at {idx}: {got} against {want}",
-                                level.name()
-                            );
-                        }
-                    }
-                }
-            }
+            check_against_formula(
+                level.name(),
+                (
+                    &[1, 2, 5, 6, 7, 8, 9, 13, 17, 32, 40],
+                    &[1, 5, 255, 256, 257, 600],
+                    &[1, 31, 32, 33, 100, 160, 513],
+                ),
+                |c, a, b, (m, k, n)| {
+                    packed_product_acc(level, c, a, &PackedMatrix::pack(b, (k, n)), m)
+                },
+            );
         }
     }
 

@@ -52,11 +52,11 @@ pub const SKINNY_MAX_ROWS: usize = 32;
 
 /// Rows of A per register tile with AVX-512 (the tile is MR × 2 vector registers: 16 of its 32
 /// registers accumulate).
-pub(super) const MR: usize = 8;
+const MR: usize = 8;
 
 /// Rows of A per register tile with AVX2, whose 16 registers hold 6 × 2 accumulators, the block
 /// row's two vectors and a broadcast (8 rows would spill accumulators to the stack).
-pub(super) const MR_AVX2: usize = 6;
+const MR_AVX2: usize = 6;
 
 /// Rows of B per block (see the module's docs): a block of one AVX-512 panel is 16 × 32 floats,
 /// 2 KiB; `skinny_bench` with B from memory, 8 rows: 16 rows per block 80–108 GFLOP/s, 32 rows
@@ -116,7 +116,7 @@ pub fn skinny_product_acc(
         rows_stream(level, c, a, b, (m, k, n));
         return true;
     }
-    let panel = if level == SimdLevel::Avx512 { 32 } else { 16 };
+    let (tiles, panel) = tiles_of(level);
     let whole = n / panel * panel;
     let task = panel * PANELS_PER_TASK;
     let shared = SharedC(c.as_mut_ptr());
@@ -125,13 +125,6 @@ pub fn skinny_product_acc(
         // SAFETY: this task writes only columns j0..j1 of C, which no other task writes; a, b and
         // c hold m × k, k × n and m × n floats (checked), and j1 ≤ n.
         unsafe {
-            let tiles: &[Tile] = match level {
-                #[cfg(target_arch = "x86_64")]
-                SimdLevel::Avx512 => &TILES_AVX512,
-                #[cfg(target_arch = "x86_64")]
-                SimdLevel::Avx2 => &TILES_AVX2,
-                _ => unreachable!("no skinny kernel at this level"),
-            };
             columns(
                 shared.ptr(),
                 a.as_ptr(),
@@ -143,18 +136,44 @@ pub fn skinny_product_acc(
         }
     });
     // The columns past the last whole panel.
-    if whole < n {
-        for i in 0..m {
-            for kk in 0..k {
-                let x = a[i * k + kk];
-                let row = &b[kk * n + whole..(kk + 1) * n];
-                for (d, &w) in c[i * n + whole..(i + 1) * n].iter_mut().zip(row) {
-                    *d += x * w;
-                }
+    plain_columns(c, a, (&b[whole..], n), (m, k, n), whole);
+    true
+}
+
+/// A level's tiles (1.. rows each) and the columns one tile covers (two of its vectors).
+pub(super) fn tiles_of(level: SimdLevel) -> (&'static [Tile], usize) {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512 => (&TILES_AVX512, 32),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => (&TILES_AVX2, 16),
+        _ => unreachable!("no tile kernel at this level"),
+    }
+}
+
+/// `c[:, from..n] += a · B'` by plain loops, for the columns past a kernel's last whole panel:
+/// B' row t is `b[t · stride ..][.. n − from]` (B in place: `b` at column `from`, stride n; a
+/// packed tail: stride n − from).
+pub(super) fn plain_columns(
+    c: &mut [f32],
+    a: &[f32],
+    (b, stride): (&[f32], usize),
+    (m, k, n): (usize, usize, usize),
+    from: usize,
+) {
+    let w = n - from;
+    if w == 0 {
+        return;
+    }
+    for i in 0..m {
+        for t in 0..k {
+            let x = a[i * k + t];
+            let row = &b[t * stride..t * stride + w];
+            for (d, &v) in c[i * n + from..(i + 1) * n].iter_mut().zip(row) {
+                *d += x * v;
             }
         }
     }
-    true
 }
 
 /// Rows up to which AVX-512 streams B's rows for all of C's rows at once ([`rows_stream`]):
@@ -334,7 +353,7 @@ pub(super) type Tile =
 
 /// The AVX-512 tiles of 1..=MR rows.
 #[cfg(target_arch = "x86_64")]
-pub(super) const TILES_AVX512: [Tile; MR] = [
+const TILES_AVX512: [Tile; MR] = [
     tile_avx512::<1>,
     tile_avx512::<2>,
     tile_avx512::<3>,
@@ -347,7 +366,7 @@ pub(super) const TILES_AVX512: [Tile; MR] = [
 
 /// The AVX2 tiles of 1..=MR_AVX2 rows.
 #[cfg(target_arch = "x86_64")]
-pub(super) const TILES_AVX2: [Tile; MR_AVX2] = [
+const TILES_AVX2: [Tile; MR_AVX2] = [
     tile_avx2::<1>,
     tile_avx2::<2>,
     tile_avx2::<3>,
@@ -544,7 +563,7 @@ tile_kernel!(
 
 #[cfg(test)]
 mod tests {
-    use super::super::product_test_support::{reference, value};
+    use super::super::product_test_support::check_against_formula;
     use super::*;
 
     /// At every SIMD level with a kernel, over row counts on both sides of each level's tile
@@ -558,26 +577,15 @@ mod tests {
             .filter(|&l| takes(l, 1))
             .collect();
         for level in levels {
-            for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 32] {
-                for k in [1, 5, 130, 300] {
-                    for n in [1, 15, 16, 17, 33, 100, 513, 2100] {
-                        let a: Vec<f32> = (0..m * k).map(|i| value(i, 1)).collect();
-                        let b: Vec<f32> = (0..k * n).map(|i| value(i, 2)).collect();
-                        let c0: Vec<f32> = (0..m * n).map(|i| value(i, 3)).collect();
-                        let mut c = c0.clone();
-                        assert!(skinny_product_acc(level, &mut c, &a, &b, (m, k, n)));
-                        let want = reference(&c0, &a, &b, (m, k, n));
-                        for (idx, (got, want)) in c.iter().zip(&want).enumerate() {
-                            let tol = 1e-5 * (1.0 + k as f32).sqrt() * 4.0;
-                            assert!(
-                                (got - want).abs() <= tol,
-                                "{} m {m} k {k} n {n} at {idx}: {got} against {want}",
-                                level.name()
-                            );
-                        }
-                    }
-                }
-            }
+            check_against_formula(
+                level.name(),
+                (
+                    &[1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 32],
+                    &[1, 5, 130, 300],
+                    &[1, 15, 16, 17, 33, 100, 513, 2100],
+                ),
+                |c, a, b, shape| skinny_product_acc(level, c, a, b, shape),
+            );
         }
     }
 
