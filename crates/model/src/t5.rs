@@ -431,34 +431,39 @@ pub struct RelativePositionBias {
 }
 
 impl RelativePositionBias {
-    /// Bias of queries at positions `q_start .. q_start + q_len` against keys `0 .. k_len`:
-    /// [H, q_len, k_len].
-    pub fn forward(&self, q_start: usize, q_len: usize, k_len: usize) -> Tensor<3> {
+    /// Bias of queries at positions `q_start .. q_start + q_len` against keys `0 .. k_len`, one
+    /// column per offset: [H, q_len + k_len − 1], query q and key k reading column
+    /// q_len − 1 − q + k (the fused kernel's [`fused::BiasTable::Offsets`]; [`Self::forward`]
+    /// expands it). The bias depends on the offset k − q only, so the columns run from the last
+    /// query's first key (offset −(q_start + q_len − 1)) to the first query's last key.
+    pub fn offsets(&self, q_start: usize, q_len: usize, k_len: usize) -> Tensor<2> {
         let weight = self.embedding.weight.val();
-        let device = weight.device();
         let (direction, n, max) = (self.direction, self.n_buckets, self.max_distance);
-        // The bias depends on the offset k − q only: one bucket per offset, from the last query's
-        // first key (−(q_start + q_len − 1)) to the first query's last key, and every (q, k)
-        // reads its offset's column of the [H, offsets] table, in the output's [H, T, S] order
-        // (contiguous: each layer's attention reads it in place).
         let lowest = -((q_start + q_len - 1) as i64);
         let offsets = q_len + k_len - 1;
         let buckets: Vec<i64> = (0..offsets as i64)
             .map(|o| relative_position_bucket(lowest + o, direction, n, max) as i64)
             .collect();
-        let buckets = Tensor::<1, Int>::from_data(TensorData::new(buckets, [offsets]), &device);
-        let columns: Vec<i64> = (0..q_len as i64)
-            .flat_map(|q| (0..k_len as i64).map(move |k| k + (q_len as i64 - 1 - q)))
-            .collect();
-        let columns =
-            Tensor::<1, Int>::from_data(TensorData::new(columns, [q_len * k_len]), &device);
-        let [_, h] = weight.dims();
-        weight
-            .select(0, buckets)
-            .transpose()
-            .select(1, columns)
-            .reshape([h, q_len, k_len])
+        let buckets =
+            Tensor::<1, Int>::from_data(TensorData::new(buckets, [offsets]), &weight.device());
+        weight.select(0, buckets).transpose()
     }
+
+    /// The same bias per (query, key): [H, q_len, k_len].
+    pub fn forward(&self, q_start: usize, q_len: usize, k_len: usize) -> Tensor<3> {
+        expand_offsets(self.offsets(q_start, q_len, k_len), q_len, k_len)
+    }
+}
+
+/// A bias by offset [H, T + S − 1] ([`RelativePositionBias::offsets`]) per (query, key):
+/// [H, T, S], query q and key k reading column T − 1 − q + k.
+fn expand_offsets(offsets: Tensor<2>, t: usize, s: usize) -> Tensor<3> {
+    let [h, _] = offsets.dims();
+    let columns: Vec<i64> = (0..t as i64)
+        .flat_map(|q| (0..s as i64).map(move |k| k + (t as i64 - 1 - q)))
+        .collect();
+    let columns = Tensor::<1, Int>::from_data(TensorData::new(columns, [t * s]), &offsets.device());
+    offsets.select(1, columns).reshape([h, t, s])
 }
 
 /// The additive terms of a T5 attention's scores, kept apart so that the fused kernel reads each
@@ -466,8 +471,9 @@ impl RelativePositionBias {
 /// [B, H, T, S] sum.
 #[derive(Clone, Debug)]
 pub struct AttentionBias {
-    /// The stack's relative position bias, [H, T, S] (self-attention; none in cross-attention).
-    pub position: Option<Tensor<3>>,
+    /// The stack's relative position bias by offset, [H, T + S − 1]
+    /// ([`RelativePositionBias::offsets`]; self-attention; none in cross-attention).
+    pub position: Option<Tensor<2>>,
     /// [`Direction::Causal`]: keys after the query masked (the decoder's teacher-forced
     /// self-attention; T = S).
     pub direction: Direction,
@@ -480,7 +486,7 @@ impl AttentionBias {
     pub fn dense(&self, t: usize, s: usize, device: &Device) -> Tensor<4> {
         let mut bias = Tensor::<4>::zeros([1, 1, 1, s], device);
         if let Some(position) = &self.position {
-            bias = bias + position.clone().unsqueeze::<4>();
+            bias = bias + expand_offsets(position.clone(), t, s).unsqueeze::<4>();
         }
         if self.direction == Direction::Causal {
             assert_eq!(t, s, "causal attention needs as many queries as keys");
@@ -641,19 +647,23 @@ fn fused_attention(
         k.clone().reshape([b * g, l, dk]),
         v.clone().reshape([b * g, l, dv]),
     );
-    // Rows per query element: its positions, or (one position) the group's query heads, whose
-    // position tables [H, 1, S] are then [G, H/G, S].
-    let (q3, table) = if t == 1 && !causal {
+    // Rows per query element: its positions (the position bias read by offset), or (one
+    // position) the group's query heads, whose offsets [H, S] are then dense tables [G, H/G, S].
+    let (q3, heads_as_rows) = if t == 1 && !causal {
         let table = bias.position.as_ref().map(|p| {
-            let s = p.dims()[2];
+            let s = p.dims()[1];
             p.clone().reshape([g, r, s])
         });
         (q.clone().reshape([b * g, r, dk]), table)
     } else {
-        (q.clone().reshape([b * h, t, dk]), bias.position.clone())
+        (q.clone().reshape([b * h, t, dk]), None)
+    };
+    let table = match &heads_as_rows {
+        Some(dense) => Some(fused::BiasTable::Dense(dense)),
+        None => bias.position.as_ref().map(fused::BiasTable::Offsets),
     };
     let terms = fused::ScoreBias {
-        table: table.as_ref(),
+        table,
         key_mask: bias.padding.as_ref(),
     };
     let out = match (used, dropout) {
@@ -1061,7 +1071,7 @@ pub fn padding_bias(keep: &Tensor<2, Bool>) -> Tensor<2> {
 
 /// The bias of attention over the encoder output (the encoder's self-attention with its
 /// `position` bias, the decoder's cross-attention without): its padding.
-fn encoder_bias(position: Option<Tensor<3>>, keep: &Tensor<2, Bool>) -> AttentionBias {
+fn encoder_bias(position: Option<Tensor<2>>, keep: &Tensor<2, Bool>) -> AttentionBias {
     AttentionBias {
         position,
         direction: Direction::Bidirectional,
@@ -1203,7 +1213,7 @@ impl T5Model {
         let stack = &self.encoder;
         let mut x = drop(&stack.dropout, self.shared.forward(inputs));
         // The position bias [H, S, S] and the key padding [B, S].
-        let bias = encoder_bias(Some(stack.position_bias.forward(0, s, s)), keep);
+        let bias = encoder_bias(Some(stack.position_bias.offsets(0, s, s)), keep);
         for layer in &stack.layers {
             x = layer.forward(layer.projections(), x, SelfSource::Input, &bias, None);
         }
@@ -1236,7 +1246,7 @@ impl T5Model {
         let stack = &self.decoder;
         let mut x = drop(&stack.dropout, self.shared.forward(decoder_inputs));
         let self_bias = AttentionBias {
-            position: Some(stack.position_bias.forward(0, t, t)),
+            position: Some(stack.position_bias.offsets(0, t, t)),
             direction: Direction::Causal,
             padding: None,
         };
@@ -1337,7 +1347,7 @@ impl T5Model {
         let mut x = self.shared.forward(tokens);
         // The query at position t sees keys 0..=t: no causal mask needed.
         let self_bias = AttentionBias {
-            position: Some(stack.position_bias.forward(t, 1, t + 1)),
+            position: Some(stack.position_bias.offsets(t, 1, t + 1)),
             direction: Direction::Bidirectional,
             padding: None,
         };

@@ -110,12 +110,67 @@ struct KeptScores {
 /// Additive terms of [`attention_grouped`]'s scores besides `Q Kᵀ · scale`.
 #[derive(Clone, Copy, Default)]
 pub struct ScoreBias<'a> {
-    /// [Hb, T, S], trained (it gets a gradient): query element n adds table `n % Hb` (T5's
+    /// Hb tables, trained (they get a gradient): query element n adds table `n % Hb` (T5's
     /// relative position bias per head, with n = b·H + h; Hb = 1: one table for all).
-    pub table: Option<&'a Tensor<3>>,
+    pub table: Option<BiasTable<'a>>,
     /// [Bm, S], constant (no gradient): query element n adds row `n / (N / Bm)` to every one of its
     /// score rows (T5's −10⁹ on padded keys, one row per sequence).
     pub key_mask: Option<&'a Tensor<2>>,
+}
+
+/// The tables of [`ScoreBias::table`], by layout.
+#[derive(Clone, Copy)]
+pub enum BiasTable<'a> {
+    /// [Hb, T, S]: query row i, key j adds entry (i, j).
+    Dense(&'a Tensor<3>),
+    /// [Hb, T + S − 1]: query row i, key j adds entry T − 1 − i + j, a bias of the offset j − i
+    /// alone (T5's relative position bias). Row i's terms are the S entries from T − 1 − i on, one
+    /// contiguous run, so the [Hb, T, S] expansion (1 GiB for T5-XXL's 64 heads over 2048
+    /// positions) is never made nor read; its gradient sums each offset's diagonal.
+    Offsets(&'a Tensor<2>),
+}
+
+/// Where the bias terms of a query row start in its table ([`BiasTable`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BiasLayout {
+    Dense,
+    Offsets,
+}
+
+impl BiasLayout {
+    /// Floats per table for T queries against S keys.
+    fn len(self, t: usize, s: usize) -> usize {
+        match self {
+            BiasLayout::Dense => t * s,
+            BiasLayout::Offsets => t + s - 1,
+        }
+    }
+
+    /// Where query row i's S terms start in its table.
+    fn row(self, i: usize, t: usize, s: usize) -> usize {
+        match self {
+            BiasLayout::Dense => i * s,
+            BiasLayout::Offsets => t - 1 - i,
+        }
+    }
+
+    /// One table's shape in the kernel's 3-D tensor of tables.
+    fn shape(self, t: usize, s: usize) -> Vec<usize> {
+        match self {
+            BiasLayout::Dense => vec![t, s],
+            BiasLayout::Offsets => vec![1, t + s - 1],
+        }
+    }
+}
+
+impl BiasTable<'_> {
+    /// The tables as the kernel's [Hb, ·, ·] tensor ([`BiasLayout::shape`]), and their layout.
+    fn as_3d(self) -> (Tensor<3>, BiasLayout) {
+        match self {
+            BiasTable::Dense(t) => (t.clone(), BiasLayout::Dense),
+            BiasTable::Offsets(t) => (t.clone().unsqueeze_dim(1), BiasLayout::Offsets),
+        }
+    }
 }
 
 /// Inputs of one attention call as contiguous flex tensors.
@@ -124,10 +179,11 @@ struct AttnInputs {
     q: FlexTensor,
     k: FlexTensor,
     v: FlexTensor,
-    /// [Hb, T, S]
+    /// Hb tables ([`BiasLayout::shape`] each).
     bias: Option<FlexTensor>,
     /// Hb
     bias_heads: usize,
+    bias_layout: BiasLayout,
     /// [Bm, S] row-major, with query elements per row (N / Bm).
     key_mask: Option<(Arc<Vec<f32>>, usize)>,
     spec: AttentionSpec,
@@ -162,7 +218,7 @@ impl AttnInputs {
     fn new(
         (q, k, v): (&FlexTensor, &FlexTensor, &FlexTensor),
         used: Option<usize>,
-        bias: Option<&FlexTensor>,
+        bias: Option<(&FlexTensor, BiasLayout)>,
         key_mask: Option<(Vec<f32>, usize)>,
         spec: AttentionSpec,
     ) -> Self {
@@ -183,9 +239,10 @@ impl AttnInputs {
         if spec.causal {
             assert_eq!(t, s, "causal attention needs as many queries as keys");
         }
-        let bias_heads = bias.map_or(1, |b| {
+        let bias_layout = bias.map_or(BiasLayout::Dense, |(_, layout)| layout);
+        let bias_heads = bias.map_or(1, |(b, layout)| {
             let bd = dims(b);
-            assert_eq!(bd[1..], [t, s], "attention bias shape");
+            assert_eq!(bd[1..], layout.shape(t, s), "attention bias shape");
             assert!(n.is_multiple_of(bd[0]), "attention: {} bias tables", bd[0]);
             bd[0]
         });
@@ -200,8 +257,9 @@ impl AttnInputs {
             q: contiguous(q),
             k: contiguous(k),
             v: contiguous(v),
-            bias: bias.map(contiguous),
+            bias: bias.map(|(b, _)| contiguous(b)),
             bias_heads,
+            bias_layout,
             key_mask,
             spec,
             n,
@@ -340,10 +398,11 @@ impl AttnInputs {
                 );
             }
         }
-        let (t, s, level) = (self.t, self.s, self.level);
+        let (t, s, level, layout) = (self.t, self.s, self.level, self.bias_layout);
         let bias = self.bias.as_ref().map(|bias| {
-            let at = (b % self.bias_heads) * t * s;
-            &slice(bias)[at..at + t * s]
+            let len = layout.len(t, s);
+            let at = (b % self.bias_heads) * len;
+            &slice(bias)[at..at + len]
         });
         let mask = self
             .key_mask
@@ -356,7 +415,7 @@ impl AttnInputs {
                 #[inline(always)]
                 || {
                     if let Some(bias) = bias {
-                        let brow = &bias[i * s..i * s + kmax];
+                        let brow = &bias[layout.row(i, t, s)..][..kmax];
                         for (x, b) in row.iter_mut().zip(brow) {
                             *x += b;
                         }
@@ -729,18 +788,18 @@ fn attn_backward_kv<'k>(
         x.transposed_keys(kv, &mut scratch.kt, par);
     }
     x.transposed_values(kv, &mut scratch.vt, par);
-    let (t, s) = (x.t, x.s);
-    let (mut dk_acc, mut dv_acc) = (KeyGrad::new(dk, x.dk, s), KeyGrad::new(dv, x.dv, s));
+    let len = x.bias_layout.len(x.t, x.s);
+    let (mut dk_acc, mut dv_acc) = (KeyGrad::new(dk, x.dk, x.s), KeyGrad::new(dv, x.dv, x.s));
     for j in 0..x.r {
         let n = kv * x.r + j;
         let db = dbias.as_mut().map(|(db, slot)| {
             let at = match slot {
-                BiasSlot::Table => (n % x.bias_heads) * t * s,
-                BiasSlot::PerQuery => j * t * s,
+                BiasSlot::Table => (n % x.bias_heads) * len,
+                BiasSlot::PerQuery => j * len,
             };
-            &mut db[at..at + t * s]
+            &mut db[at..at + len]
         });
-        let dq = &mut dq[j * t * x.dk..(j + 1) * t * x.dk];
+        let dq = &mut dq[j * x.t * x.dk..(j + 1) * x.t * x.dk];
         let acc = (&mut dk_acc, &mut dv_acc);
         attn_backward_one(x, n, saved, (dq, acc), db, scratch, kept_of(n), par);
     }
@@ -895,7 +954,8 @@ fn attn_backward_one(
                 || {
                     for (r, d_row) in dp.chunks(kmax).enumerate() {
                         let i = i0 + r;
-                        for (a, d) in db[i * s..i * s + kmax].iter_mut().zip(d_row) {
+                        let at = x.bias_layout.row(i, x.t, s);
+                        for (a, d) in db[at..at + kmax].iter_mut().zip(d_row) {
                             *a += d;
                         }
                     }
@@ -1039,7 +1099,7 @@ fn attn_backward(
     let mut dq = zeros(n * t * dkw);
     let mut dk = zeros(n_kv * s * dkw);
     let mut dv = zeros(n_kv * s * dvw);
-    let table_len = t * s;
+    let table_len = x.bias_layout.len(t, s);
     let has_bias = x.bias.is_some();
     let mut dbias = has_bias.then(|| vec![0f32; x.bias_heads * table_len]);
     let saved = (out, lse, grad);
@@ -1118,16 +1178,20 @@ impl<const P: usize> Backward<Flex, P> for AttnBackward {
             (Some(dq), vec![x.n, x.t, x.dk]),
             (Some(dk), vec![x.n_kv(), x.s, x.dk]),
             (Some(dv), vec![x.n_kv(), x.s, x.dv]),
-            (dbias, vec![x.bias_heads, x.t, x.s]),
+            (
+                dbias,
+                [vec![x.bias_heads], x.bias_layout.shape(x.t, x.s)].concat(),
+            ),
         ];
         let parents = ops.parents.iter().map(|p| p.as_ref().map(|n| n.id));
         register_grads(grads, parents, results);
     }
 }
 
+/// `tensors`: Q, K, V and, if any, the bias tables laid out as `layout` says.
 fn attention_autodiff<const P: usize>(
     tensors: [<Ad as BackendTypes>::FloatTensorPrimitive; P],
-    key_mask: Option<(Vec<f32>, usize)>,
+    (layout, key_mask): (BiasLayout, Option<(Vec<f32>, usize)>),
     (spec, dropout): (AttentionSpec, Option<DropoutMask>),
 ) -> <Ad as BackendTypes>::FloatTensorPrimitive {
     let nodes = tensors.each_ref().map(|t| t.node());
@@ -1135,7 +1199,7 @@ fn attention_autodiff<const P: usize>(
     let qkv = (&prims[0], &prims[1], &prims[2]);
     let inputs = AttnInputs {
         dropout,
-        ..AttnInputs::new(qkv, None, prims.get(3), key_mask, spec)
+        ..AttnInputs::new(qkv, None, prims.get(3).map(|b| (b, layout)), key_mask, spec)
     };
     let (out, lse, kept) = attn_forward(&inputs, inputs.keep_for_backward());
     let shape = vec![inputs.n, inputs.t, inputs.dv];
@@ -1165,7 +1229,7 @@ pub fn attention(
 ) -> Option<Tensor<3>> {
     let table = bias.map(|b| b.clone().unsqueeze::<3>());
     let bias = ScoreBias {
-        table: table.as_ref(),
+        table: table.as_ref().map(BiasTable::Dense),
         key_mask: None,
     };
     attention_grouped(q, k, v, bias, spec)
@@ -1228,18 +1292,20 @@ fn grouped(
     let key_mask = bias
         .key_mask
         .map(|m| (host_vec(&m.clone().flatten::<1>(0, 1)), m.dims()[0]));
+    let table = bias.table.map(BiasTable::as_3d);
     match route {
         Route::Reference => None,
         Route::Plain => {
             let p = |t: &Tensor<3>| t.clone().try_into_primitive::<Flex>().ok();
             let (q, k, v) = (p(q)?, p(k)?, p(v)?);
-            let table = match bias.table {
-                Some(b) => Some(p(b)?),
+            let table = match &table {
+                Some((b, layout)) => Some((p(b)?, *layout)),
                 None => None,
             };
+            let bias = table.as_ref().map(|(b, layout)| (b, *layout));
             let inputs = AttnInputs {
                 dropout,
-                ..AttnInputs::new((&q, &k, &v), used, table.as_ref(), key_mask, spec)
+                ..AttnInputs::new((&q, &k, &v), used, bias, key_mask, spec)
             };
             let (out, _, _) = attn_forward(&inputs, Keep::Nothing);
             let shape = vec![inputs.n, inputs.t, inputs.dv];
@@ -1248,9 +1314,15 @@ fn grouped(
         Route::Autodiff => {
             let p = |t: &Tensor<3>| t.clone().try_into_primitive::<Ad>().ok();
             let (q, k, v) = (p(q)?, p(k)?, p(v)?);
-            let out = match bias.table {
-                Some(b) => attention_autodiff([q, k, v, p(b)?], key_mask, (spec, dropout)),
-                None => attention_autodiff([q, k, v], key_mask, (spec, dropout)),
+            let out = match &table {
+                Some((b, layout)) => {
+                    let tensors = [q, k, v, p(b)?];
+                    attention_autodiff(tensors, (*layout, key_mask), (spec, dropout))
+                }
+                None => {
+                    let layout = BiasLayout::Dense;
+                    attention_autodiff([q, k, v], (layout, key_mask), (spec, dropout))
+                }
             };
             Some(Tensor::from_primitive::<Ad>(out))
         }

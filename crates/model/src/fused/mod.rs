@@ -392,7 +392,7 @@ pub mod skinny;
 
 pub use activation::{Activation, activation, bias_activation, erf};
 pub use attention::{
-    AttentionSpec, DEFAULT_KEPT_SCORES_LIMIT, KEYS_IN_PLACE_MAX_ROWS, SHORT_ROW_BLOCK,
+    AttentionSpec, BiasTable, DEFAULT_KEPT_SCORES_LIMIT, KEYS_IN_PLACE_MAX_ROWS, SHORT_ROW_BLOCK,
     SHORT_ROW_BLOCK_MAX_FLOATS, ScoreBias, ScoreFn, attention, attention_grouped,
     attention_grouped_dropout, attention_grouped_prefix, kept_scores_limit, row_block,
     with_kept_scores_limit,

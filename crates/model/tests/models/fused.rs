@@ -168,8 +168,10 @@ fn grouped_attention_matches_expanded_heads_outputs_and_gradients() {
 }
 
 /// T5's attention through [`fused::attention_grouped`]: H query heads over G K/V heads (read in
-/// place), a trained bias table per head, a constant mask per sequence, causal or not; against the
-/// same thing written with K and V expanded to H heads and the bias built densely, in burn ops.
+/// place), a trained bias table per head, dense ([H, T, S]) or by offset ([H, T + S − 1], query i
+/// and key j reading entry T − 1 − i + j: T5's relative position bias), a constant mask per
+/// sequence, causal or not; against the same thing written with K and V expanded to H heads and
+/// the bias built densely (the offsets gathered by an index written by hand), in burn ops.
 /// Outputs on the plain device; the gradients of Q, K, V and the table on the autodiff device,
 /// with the forward's probabilities kept and recomputed. One sequence with G = 1 runs the key/value
 /// elements one at a time (threads inside), the rest in parallel; blocks of up to four query rows
@@ -178,12 +180,25 @@ fn grouped_attention_matches_expanded_heads_outputs_and_gradients() {
 /// ([`fused::DropoutMask::keeps`]).
 fn grouped_attention_matches_expanded_heads_at_this_level() {
     for dropout in [None, Some(fused::DropoutMask::new(0.3, 11))] {
-        grouped_attention_matches_expanded_heads_with(dropout);
+        for layout in [TableLayout::Dense, TableLayout::Offsets] {
+            grouped_attention_matches_expanded_heads_with(dropout, layout);
+        }
     }
 }
 
-/// [`grouped_attention_matches_expanded_heads_at_this_level`] with or without dropout.
-fn grouped_attention_matches_expanded_heads_with(dropout: Option<fused::DropoutMask>) {
+/// The bias table layouts of [`fused::BiasTable`].
+#[derive(Clone, Copy, Debug)]
+enum TableLayout {
+    Dense,
+    Offsets,
+}
+
+/// [`grouped_attention_matches_expanded_heads_at_this_level`] with or without dropout, with the
+/// table laid out as `layout` says (kept as [H, 1, T + S − 1] by offset, so that both are 3-D).
+fn grouped_attention_matches_expanded_heads_with(
+    dropout: Option<fused::DropoutMask>,
+    layout: TableLayout,
+) {
     let (h, dk) = (4, 8);
     for (b, g, t, s, causal) in [
         (2, 4, 45, 45, true),
@@ -196,7 +211,24 @@ fn grouped_attention_matches_expanded_heads_with(dropout: Option<fused::DropoutM
         (3, 1, 1, 70, false),
         (2, 4, 3, 70, false),
     ] {
-        let what = format!("B {b}, H {h}, G {g}, T {t}, S {s}, causal {causal}, {dropout:?}");
+        let what =
+            format!("B {b}, H {h}, G {g}, T {t}, S {s}, causal {causal}, {dropout:?}, {layout:?}");
+        // Entry (i, j) of a table by offset: T − 1 − i + j.
+        let columns: Vec<i64> = (0..t * s).map(|x| (t - 1 - x / s + x % s) as i64).collect();
+        let dense = |table: &Tensor<3>| -> Tensor<3> {
+            match layout {
+                TableLayout::Dense => table.clone(),
+                TableLayout::Offsets => {
+                    let index = TensorData::new(columns.clone(), [t * s]);
+                    let index = Tensor::<1, Int>::from_data(index, &table.device());
+                    table
+                        .clone()
+                        .reshape([h, t + s - 1])
+                        .select(1, index)
+                        .reshape([h, t, s])
+                }
+            }
+        };
         let spec = AttentionSpec {
             score: ScoreFn::Softmax,
             scale: 1.0,
@@ -221,7 +253,10 @@ fn grouped_attention_matches_expanded_heads_with(dropout: Option<fused::DropoutM
             let q = randn([b * h, t, dk], 1, dev);
             let k = randn([b * g, s, dk], 2, dev);
             let v = randn([b * g, s, dk], 3, dev);
-            let table = randn([h, t, s], 4, dev);
+            let table = match layout {
+                TableLayout::Dense => randn([h, t, s], 4, dev),
+                TableLayout::Offsets => randn([h, 1, t + s - 1], 4, dev),
+            };
             let key_mask = Tensor::<2>::from_data(TensorData::new(mask.clone(), [b, s]), dev);
             (q, k, v, table, key_mask)
         };
@@ -233,7 +268,7 @@ fn grouped_attention_matches_expanded_heads_with(dropout: Option<fused::DropoutM
                     .expand([b, g, h / g, s, dk])
                     .reshape([b * h, s, dk])
             };
-            let bias = table.clone().unsqueeze::<4>().expand([b, h, t, s])
+            let bias = dense(table).unsqueeze::<4>().expand([b, h, t, s])
                 + key_mask.clone().reshape([b, 1, 1, s]);
             let mut scores =
                 q.clone().matmul(rep(k.clone()).swap_dims(1, 2)) + bias.reshape([b * h, t, s]);
@@ -249,6 +284,15 @@ fn grouped_attention_matches_expanded_heads_with(dropout: Option<fused::DropoutM
             weights.matmul(rep(v.clone()))
         };
         let fused_of = |(q, k, v, table, key_mask): &(_, _, _, _, Tensor<2>)| {
+            let table: &Tensor<3> = table;
+            let offsets: Option<Tensor<2>> = match layout {
+                TableLayout::Dense => None,
+                TableLayout::Offsets => Some(table.clone().squeeze_dim(1)),
+            };
+            let table = match &offsets {
+                None => fused::BiasTable::Dense(table),
+                Some(offsets) => fused::BiasTable::Offsets(offsets),
+            };
             let bias = fused::ScoreBias {
                 table: Some(table),
                 key_mask: Some(key_mask),

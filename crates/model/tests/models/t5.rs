@@ -142,8 +142,9 @@ fn position_bias_reads_each_offsets_bucket_and_sums_its_gradient() {
     }
 }
 /// Grouped attention on the G heads (the fused kernel on `flex`, and the plain path) equals
-/// expanding K/V to H heads, for every G dividing H, with odd lengths, a position bias that
-/// differs per head and query, padding per sequence, causal or not.
+/// expanding K/V to H heads, for every G dividing H, with odd lengths, a position bias by offset
+/// that differs per head and offset (the kernel reads it by offset, the reference expanded by
+/// [`AttentionBias::dense`]), padding per sequence, causal or not.
 #[test]
 fn grouped_attention_equals_repeated_kv() {
     let dev = device();
@@ -161,7 +162,7 @@ fn grouped_attention_equals_repeated_kv() {
             let k = randn([b, g, s, dk], 2, &dev);
             let v = randn([b, g, s, dk], 3, &dev);
             let bias = AttentionBias {
-                position: Some(randn([h, t, s], 4, &dev)),
+                position: Some(randn([h, t + s - 1], 4, &dev)),
                 direction,
                 padding: Some(padding_bias(&keep)),
             };
@@ -189,7 +190,8 @@ fn grouped_attention_equals_repeated_kv() {
     }
 }
 
-/// With G = H, grouped attention is ordinary multi-head attention, written out here per head.
+/// With G = H, grouped attention is ordinary multi-head attention, written out here per head, with
+/// query i and key j adding the position bias's column T − 1 − i + j.
 #[test]
 fn grouped_attention_with_g_equal_h_is_multi_head() {
     let dev = device();
@@ -197,7 +199,7 @@ fn grouped_attention_with_g_equal_h_is_multi_head() {
     let q = randn([b, h, t, dk], 5, &dev);
     let k = randn([b, h, s, dk], 6, &dev);
     let v = randn([b, h, s, dk], 7, &dev);
-    let bias = randn([h, t, s], 8, &dev);
+    let bias = randn([h, t + s - 1], 8, &dev);
     let terms = AttentionBias {
         position: Some(bias.clone()),
         direction: Direction::Bidirectional,
@@ -218,7 +220,7 @@ fn grouped_attention_with_g_equal_h_is_multi_head() {
                     (0..dk)
                         .map(|c| q[(head * t + i) * dk + c] * k[(head * s + j) * dk + c])
                         .sum::<f32>()
-                        + bias[(head * t + i) * s + j]
+                        + bias[head * (t + s - 1) + t - 1 - i + j]
                 })
                 .collect();
             let max = scores.iter().fold(f32::MIN, |m, &x| m.max(x));
