@@ -26,7 +26,7 @@
 //! and read bandwidth (a 1 GiB buffer), the floor's two ceilings.
 //! `REPRO_KERNELS=reference` times the plain burn kernels; `REPRO_SIMD=scalar|avx2|avx512` picks
 //! the fused kernels' instruction set.
-use burn::optim::{AdafactorConfig, GradientsParams};
+use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 use model::fused::{
     self,
@@ -103,11 +103,10 @@ fn train_steps(cfg: &T5Config, [b, s, t]: [usize; 3], reps: usize) -> Vec<Timed>
     let inputs = Tensor::<2, Int>::random([b, s], uniform, &device);
     let targets = Tensor::<2, Int>::random([b, t], uniform, &device);
     let keep = Tensor::<2, Int>::ones([b, s], &device).bool();
-    // T5's Adafactor (t5x: relative to the parameter's scale, decay −0.8, update clipping 1).
-    let mut optim = AdafactorConfig::new()
-        .with_relative_step(false)
-        .with_scale_parameter(true)
-        .init();
+    // T5's Adafactor (t5x: relative to the parameter's scale, decay −0.8, update clipping 1), its
+    // update fused as in the GQA runs (the training crate's optimizer).
+    let settings = fused::AdafactorSettings::t5();
+    let mut optim = ModuleOptimizer::from(fused::Adafactor::new(settings));
     time(1, reps, || {
         let m = model.take().expect("model");
         let loss = m.loss(inputs.clone(), &keep, targets.clone());

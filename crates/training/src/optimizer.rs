@@ -1,8 +1,10 @@
-//! Optimizers as configuration: the papers' Adafactor and AdamW, from burn-optim, driven by an
+//! Optimizers as configuration: the papers' Adafactor (burn-optim's, its update on the fused CPU
+//! kernel where that runs: `model::fused::Adafactor`) and AdamW (burn-optim's), driven by an
 //! external [`crate::schedule::Schedule`].
 
 use burn::grad_clipping::GradientClippingConfig;
-use burn::optim::{AdafactorConfig, AdamWConfig, ModuleOptimizer};
+use burn::optim::{AdamWConfig, ModuleOptimizer};
+use model::fused::{Adafactor, AdafactorSettings};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -72,14 +74,20 @@ impl OptimizerConfig {
                 clip_threshold,
                 weight_decay,
                 scale_parameter,
-            } => AdafactorConfig::new()
-                .with_relative_step(false)
-                .with_scale_parameter(scale_parameter)
-                .with_decay_rate(decay_rate)
-                .with_clip_threshold(clip_threshold)
-                .with_weight_decay(weight_decay)
-                .with_grad_clipping(clip)
-                .init(),
+            } => {
+                let optimizer = ModuleOptimizer::from(Adafactor::new(AdafactorSettings {
+                    clip_threshold,
+                    decay_rate,
+                    relative_step: false,
+                    scale_parameter,
+                    weight_decay,
+                    ..AdafactorSettings::t5()
+                }));
+                match clip {
+                    Some(clip) => optimizer.with_grad_clipping(clip.init()),
+                    None => optimizer,
+                }
+            }
             Self::AdamW {
                 beta_1,
                 beta_2,

@@ -36,7 +36,9 @@
 //! - [`layer_norm`]: LayerNorm, one pass each way (burn's autodiff records nine ops for it);
 //!   [`rms_norm`] the same without centring (T5);
 //! - [`cross_entropy_rows`]: `logsumexp(x) − x[target]` per row, whose gradient is
-//!   `softmax(x) − onehot(target)`: one pass forward, one backward.
+//!   `softmax(x) − onehot(target)`: one pass forward, one backward;
+//! - [`adafactor_step`]: the optimizer's update of one parameter in three parallel passes
+//!   (burn-optim's `Adafactor` is the reference).
 //!
 //! Each returns `None` when the tensors do not live on `flex` (plain, or autodiff without gradient
 //! checkpointing); callers then use the plain burn reference in `attention.rs` / `lm.rs`, which the
@@ -375,6 +377,7 @@ pub fn fast_exp(x: f32) -> f32 {
 }
 
 mod activation;
+mod adafactor;
 mod attention;
 mod chunk_linear;
 mod cross_entropy;
@@ -391,6 +394,7 @@ pub mod simd;
 pub mod skinny;
 
 pub use activation::{Activation, activation, bias_activation, erf};
+pub use adafactor::{Adafactor, AdafactorSettings, Moments, adafactor_step};
 pub use attention::{
     AttentionSpec, BiasTable, DEFAULT_KEPT_SCORES_LIMIT, KEYS_IN_PLACE_MAX_ROWS, SHORT_ROW_BLOCK,
     SHORT_ROW_BLOCK_MAX_FLOATS, ScoreBias, ScoreFn, attention, attention_grouped,

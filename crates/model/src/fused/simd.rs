@@ -190,20 +190,27 @@ pub fn max(xs: &[f32]) -> f32 {
 /// `Σ xs[i] · ys[i]` over the common length, in [`LANES`] interleaved partial sums.
 #[inline(always)]
 pub fn dot(xs: &[f32], ys: &[f32]) -> f32 {
+    sum_map2(xs, ys, |x, y| x * y)
+}
+
+/// `Σ f(xs[i], ys[i])` over the common length, in [`LANES`] interleaved partial sums (`f`
+/// inlined: keep it branch-free).
+#[inline(always)]
+pub fn sum_map2(xs: &[f32], ys: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
     let n = xs.len().min(ys.len());
     let (xs, ys) = (&xs[..n], &ys[..n]);
     let mut acc = [0f32; LANES];
     let (mut cx, mut cy) = (xs.chunks_exact(LANES), ys.chunks_exact(LANES));
     for (a, b) in (&mut cx).zip(&mut cy) {
-        for ((s, x), y) in acc.iter_mut().zip(a).zip(b) {
-            *s += x * y;
+        for ((s, &x), &y) in acc.iter_mut().zip(a).zip(b) {
+            *s += f(x, y);
         }
     }
     let tail: f32 = cx
         .remainder()
         .iter()
         .zip(cy.remainder())
-        .map(|(x, y)| x * y)
+        .map(|(&x, &y)| f(x, y))
         .sum();
     acc.iter().sum::<f32>() + tail
 }

@@ -1414,3 +1414,89 @@ fn fused_attention_gives_the_same_bits_on_one_and_two_threads() {
         }
     }
 }
+
+/// [`fused::Adafactor`] against burn-optim's `Adafactor` built from the same fields, four steps
+/// with a new random gradient each (so the second moments' moving average runs), at every SIMD
+/// level: a stack of matrices, a matrix whose row tasks end short, one whose rows are wider than a
+/// task, and a vector; T5's settings (update scaled by RMS(W)), unscaled with a clip never reached,
+/// and weight decay with a relative step and a tight clip. Parameters and both second moments agree.
+#[test]
+fn fused_adafactor_matches_burn_optims() {
+    at_every_simd_level(|| {
+        let t5 = fused::AdafactorSettings::t5();
+        // A loose clip, which the normalised update (RMS about 1) stays under.
+        let flash = fused::AdafactorSettings {
+            scale_parameter: false,
+            clip_threshold: 4.0,
+            ..t5
+        };
+        let decayed = fused::AdafactorSettings {
+            relative_step: true,
+            weight_decay: 0.1,
+            clip_threshold: 0.05,
+            ..t5
+        };
+        for (name, settings) in [("t5", t5), ("flash", flash), ("decayed", decayed)] {
+            // burn's, configured here apart from `fused::Adafactor::new` (its epsilons the defaults).
+            let reference = burn::optim::AdafactorConfig::new()
+                .with_weight_decay(settings.weight_decay)
+                .with_scale_parameter(settings.scale_parameter)
+                .with_relative_step(settings.relative_step)
+                .with_decay_rate(settings.decay_rate)
+                .with_clip_threshold(settings.clip_threshold)
+                .build();
+            // The fused update runs on the plain device, and declines on the reference path.
+            let (w, g) = (randn([3, 4], 1, &device()), randn([3, 4], 2, &device()));
+            assert!(fused::adafactor_step(&settings, 0.01, 1, (&w, &g), None).is_some());
+            let declined = fused::with_reference(|| {
+                fused::adafactor_step(&settings, 0.01, 1, (&w, &g), None).is_none()
+            });
+            assert!(declined);
+            let fused = fused::Adafactor::new(settings);
+            let optims = (&fused, &reference);
+            adafactor_agrees(name, optims, [3, 37, 53]);
+            adafactor_agrees(name, optims, [1000, 41]);
+            adafactor_agrees(name, optims, [5, 40000]);
+            adafactor_agrees(name, optims, [129]);
+        }
+    });
+}
+
+/// Four steps of `fused` and `reference` from the same parameter of `shape` with the same
+/// gradients: the parameters and second moments (row and column, or a vector's) agree.
+fn adafactor_agrees<const D: usize>(
+    name: &str,
+    (fused, reference): (&fused::Adafactor, &burn::optim::Adafactor),
+    shape: [usize; D],
+) {
+    use burn::optim::{AdafactorState, Optimizer};
+    // The parameter and the four gradients, drawn once for both (the device's generator is shared
+    // with the tests running beside this one).
+    let dev = device();
+    let w = randn(shape, 1, &dev);
+    let gs: Vec<Tensor<D>> = (0..4)
+        .map(|step| randn(shape, 10 + step, &dev).mul_scalar(0.1 + step as f32))
+        .collect();
+    let run = |optim: &dyn Fn(
+        Tensor<D>,
+        Tensor<D>,
+        Option<AdafactorState<D>>,
+    ) -> (Tensor<D>, Option<AdafactorState<D>>)| {
+        let (mut w, mut state) = (w.clone(), None);
+        for g in &gs {
+            (w, state) = optim(w, g.clone(), state);
+        }
+        let state = state.expect("a state");
+        assert_eq!(state.time, 4);
+        let mut out = vec![values(w), values(state.second_moment)];
+        out.extend(state.column_second_moment.map(values));
+        out
+    };
+    let ours = run(&|w, g, s| fused.step(0.01, w, g, s));
+    let theirs = run(&|w, g, s| reference.step(0.01, w, g, s));
+    assert_eq!(ours.len(), theirs.len(), "{name}, {shape:?}: state layout");
+    assert_eq!(ours.len(), if D == 1 { 2 } else { 3 });
+    for ((what, a), b) in ["W", "rows", "columns"].iter().zip(&ours).zip(&theirs) {
+        assert_close(a, b, 2e-5, &format!("{name}, {shape:?}: {what}"));
+    }
+}
