@@ -156,7 +156,26 @@ def main():
         for r, what, o, t, ratio, target, _, _, floor, of, tf, ft in table:
             f.write(f"| {r} | {what} | {o} | {t} | {ratio} | {'yes' if float(ratio) <= target else 'no'} "
                     f"| {floor} | {of} | {tf} | {ft} |\n")
-    print(open(os.path.join(OUT, "comparison.md")).read())
+    table_md = open(os.path.join(OUT, "comparison.md")).read()
+    fill_readme(os.path.join(OUT, "README.md"), "comparison.md", table_md)
+    print(table_md)
+
+
+def fill_readme(path, block, text):
+    """Replaces the README's generated block (between `<!-- generated: BLOCK -->` and
+    `<!-- end generated: BLOCK -->`, as `report::readme` writes them for the experiments) with
+    `text`, so that the README's numbers are the session's, never retyped; a README without the
+    markers is left as it is."""
+    if not os.path.exists(path):
+        return
+    start, end = f"<!-- generated: {block} -->", f"<!-- end generated: {block} -->"
+    readme = open(path).read()
+    if start not in readme or end not in readme:
+        return
+    head, rest = readme.split(start, 1)
+    _, tail = rest.split(end, 1)
+    with open(path, "w") as f:
+        f.write(f"{head}{start}\n{text.rstrip()}\n{end}{tail}")
 
 
 if __name__ == "__main__":
