@@ -294,12 +294,16 @@ impl Step {
             .max(1);
         let tasks_per_matrix = rows.div_ceil(per_task);
         // Pass one, per task of rows: the rows' mean of G² + ε₁, the columns' partial sums, Σ W².
+        // Task t's matrix and its rows r0..r1 over the whole stack.
+        let task_rows = |task: usize| {
+            let (m, r0) = (task / tasks_per_matrix, task % tasks_per_matrix * per_task);
+            (m, m * rows + r0, m * rows + (r0 + per_task).min(rows))
+        };
         let firsts: Vec<(Vec<f32>, Vec<f32>, f64)> = (0..matrices * tasks_per_matrix)
             .into_par_iter()
             .map(|task| {
-                let (m, r0) = (task / tasks_per_matrix, task % tasks_per_matrix * per_task);
-                let r1 = (r0 + per_task).min(rows);
-                let at = (m * rows + r0) * cols..(m * rows + r1) * cols;
+                let (_, r0, r1) = task_rows(task);
+                let at = r0 * cols..r1 * cols;
                 let (w, g) = (&w[at.clone()], &g[at]);
                 level.run(
                     #[inline(always)]
@@ -360,10 +364,6 @@ impl Step {
             .collect();
         let col_inv: Vec<f32> = col_m.iter().map(|&c| 1.0 / c.sqrt()).collect();
         let col_inv2: Vec<f32> = col_inv.iter().map(|&c| c * c).collect();
-        let task_rows = |task: usize| {
-            let (m, r0) = (task / tasks_per_matrix, task % tasks_per_matrix * per_task);
-            (m, m * rows + r0, m * rows + (r0 + per_task).min(rows))
-        };
         // Pass two: Σ U².
         let sum_u2: f64 = (0..matrices * tasks_per_matrix)
             .into_par_iter()
