@@ -443,9 +443,10 @@ impl AttnInputs {
 const DIRECT_MAX_ROWS: usize = 4;
 
 /// `buf[i, j] = scale · q_i · k_j` for query rows q [rows, dk] and keys [kmax, dk] read in place
-/// (buf [rows, kmax]): one dot product per entry, each key read once per row. The values
-/// ([kmax, dv]) are prefetched beside their keys, so that memory reads them while the dot
-/// products run and [`direct_values`] finds them in cache.
+/// (buf [rows, kmax]): one dot product per entry, keys outermost so that each key is read once
+/// from memory for all rows (a decoding step's rows are a group's query heads, which share its
+/// keys). The values ([kmax, dv]) are prefetched beside their keys, so that memory reads them
+/// while the dot products run and [`direct_values`] finds them in cache.
 fn direct_scores(
     level: simd::SimdLevel,
     q: &[f32],
@@ -459,16 +460,10 @@ fn direct_scores(
     level.run(
         #[inline(always)]
         || {
-            for (i, (qi, row)) in q
-                .chunks_exact(dk)
-                .zip(buf.chunks_exact_mut(kmax))
-                .enumerate()
-            {
-                for (j, (x, key)) in row.iter_mut().zip(keys.chunks_exact(dk)).enumerate() {
-                    if i == 0 {
-                        prefetch(&values[j * dv..(j + 1) * dv]);
-                    }
-                    *x = scale * simd::dot(qi, key);
+            for (j, key) in keys.chunks_exact(dk).enumerate() {
+                prefetch(&values[j * dv..(j + 1) * dv]);
+                for (i, qi) in q.chunks_exact(dk).enumerate() {
+                    buf[i * kmax + j] = scale * simd::dot(qi, key);
                 }
             }
         },
@@ -492,15 +487,17 @@ fn prefetch(xs: &[f32]) {
 }
 
 /// `out_i = Σ_j p[i, j] · v_j` for probabilities p [rows, kmax] and values [kmax, dv] read in
-/// place (out [rows, dv], overwritten).
+/// place (out [rows, dv], overwritten), values outermost so that each is read once for all rows;
+/// each output element sums its terms in key order, as a row-by-row loop would.
 fn direct_values(level: simd::SimdLevel, p: &[f32], values: &[f32], dv: usize, out: &mut [f32]) {
     let kmax = values.len() / dv;
     level.run(
         #[inline(always)]
         || {
-            for (pi, o) in p.chunks_exact(kmax).zip(out.chunks_exact_mut(dv)) {
-                o.fill(0.0);
-                for (&w, v) in pi.iter().zip(values.chunks_exact(dv)) {
+            out.fill(0.0);
+            for (j, v) in values.chunks_exact(dv).enumerate() {
+                for (i, o) in out.chunks_exact_mut(dv).enumerate() {
+                    let w = p[i * kmax + j];
                     for (x, &y) in o.iter_mut().zip(v) {
                         *x += w * y;
                     }
