@@ -225,31 +225,7 @@ mod tests {
     use crate::gqa::decode_render::DecodeRow;
 
     fn row(groups: usize, flops: f64, kv_bytes: f64) -> DecodeRow {
-        DecodeRow {
-            groups,
-            n_heads: 64,
-            batch: 32,
-            input_length: 2048,
-            output_length: 64,
-            params: 0,
-            kv_cache_mib: 0.0,
-            encoder_s_per_sample: 0.0,
-            cross_kv_s_per_sample: 0.0,
-            decoder_s_per_token: 1.0,
-            s_per_sample: 0.0,
-            kv_bytes_per_token: kv_bytes,
-            weight_bytes_per_token: 1e9,
-            effective_gbps: 0.0,
-            machine_read_gbps: 10.0,
-            device: "test".into(),
-            flops_per_token: flops,
-            machine_gflops: 100.0,
-            roofline_s_per_token: 0.0,
-            measured_over_roofline: 0.0,
-            lm_head_s_per_token: 0.0,
-            layers_s_per_token: 0.0,
-            layers_roofline_s_per_token: 0.0,
-        }
+        DecodeRow::example(groups, flops, kv_bytes)
     }
 
     /// G1-time from a `gqa_fig6` folder: the verdict reads the whole step's per-round ratios, and

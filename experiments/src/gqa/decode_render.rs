@@ -71,6 +71,77 @@ pub struct DecodeRow {
     pub layers_roofline_s_per_token: f64,
 }
 
+impl DecodeRow {
+    /// The step's time if its products (FLOPs at the product rate, or their weights at the read
+    /// bandwidth, whichever is slower) and then its attention's K/V reads (at the read bandwidth)
+    /// ran one after the other, without overlapping, seconds (`None`: a ceiling not measured).
+    /// A lower bound for a step whose attention waits on its projections and whose next
+    /// projections wait on its attention, as a decoding step's do: the roofline assumes the two
+    /// overlap.
+    pub fn products_then_kv_seconds(&self) -> Option<f64> {
+        let (rate, bandwidth) = (self.machine_gflops * 1e9, self.machine_read_gbps * 1e9);
+        (rate > 0.0 && bandwidth > 0.0).then(|| {
+            let products =
+                (self.flops_per_token / rate).max(self.weight_bytes_per_token / bandwidth);
+            products + self.kv_bytes_per_token / bandwidth
+        })
+    }
+}
+
+#[cfg(test)]
+impl DecodeRow {
+    /// A row of gqa_fig6's cpu shapes with `flops` and `kv_bytes` per step, 1 GB of weights, a
+    /// 1-second step, at 100 GFLOP/s and 10 GB/s (tests).
+    pub(crate) fn example(groups: usize, flops: f64, kv_bytes: f64) -> Self {
+        DecodeRow {
+            groups,
+            n_heads: 64,
+            batch: 32,
+            input_length: 2048,
+            output_length: 64,
+            params: 0,
+            kv_cache_mib: 0.0,
+            encoder_s_per_sample: 0.0,
+            cross_kv_s_per_sample: 0.0,
+            decoder_s_per_token: 1.0,
+            s_per_sample: 0.0,
+            kv_bytes_per_token: kv_bytes,
+            weight_bytes_per_token: 1e9,
+            effective_gbps: 0.0,
+            machine_read_gbps: 10.0,
+            device: "test".into(),
+            flops_per_token: flops,
+            machine_gflops: 100.0,
+            roofline_s_per_token: 0.0,
+            measured_over_roofline: 0.0,
+            lm_head_s_per_token: 0.0,
+            layers_s_per_token: 0.0,
+            layers_roofline_s_per_token: 0.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Products, then K/V: the slower of the products' FLOPs and weights, plus the K/V bytes, at
+    /// 100 GFLOP/s and 10 GB/s; none without both ceilings.
+    #[test]
+    fn products_then_kv_adds_the_kv_reads_to_the_slower_product_ceiling() {
+        // Weights bound the products (1 GB: 0.1 s against 2 GFLOP: 0.02 s), then 0.5 GB of K/V.
+        let weights_bound = DecodeRow::example(8, 2e9, 0.5e9);
+        let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-12;
+        assert!(close(weights_bound.products_then_kv_seconds(), 0.15));
+        // FLOPs bound them (40 GFLOP: 0.4 s).
+        let flops_bound = DecodeRow::example(64, 4e10, 0.5e9);
+        assert!(close(flops_bound.products_then_kv_seconds(), 0.45));
+        let mut unmeasured = flops_bound.clone();
+        unmeasured.machine_read_gbps = 0.0;
+        assert_eq!(unmeasured.products_then_kv_seconds(), None);
+    }
+}
+
 /// One row of `rounds.csv`: one timed round of one group count (the interleaved measurements the
 /// medians and the claim's interquartile ranges come from).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -216,19 +287,25 @@ pub fn render(out: &Path) -> Result<()> {
 }
 
 /// The roofline section of `table.md`: per G the step's FLOPs and bytes, its time at this
-/// machine's product rate and read bandwidth, and the measured step over it.
+/// machine's product rate and read bandwidth, and the measured step over it; beside it the bound
+/// without overlap ([`DecodeRow::products_then_kv_seconds`]) and the measured step over that.
 fn roofline_table(rows: &[DecodeRow], mha: &DecodeRow) -> String {
     let mut md = format!(
         "\nRoofline of a decoding step on this machine: max(FLOPs / {:.1} GFLOP/s, bytes read / {:.1} GB/s), the \
-         product rate and read bandwidth measured at the start of every round, medians over the rounds.\n\n\
-         | G | GFLOP / step | MiB read / step | compute-bound ms | memory-bound ms | roofline ms | measured ms | measured / roofline |\n\
-         |---|---|---|---|---|---|---|---|\n",
+         product rate and read bandwidth measured at the start of every round, medians over the rounds. It \
+         assumes the products and the K/V reads overlap; a step's attention waits on its projections and the \
+         next projections on its attention, so *products, then K/V* adds the two instead (the products at \
+         the slower of their FLOPs and their weights' bytes): a step cannot beat it without running \
+         attention beside the products.\n\n\
+         | G | GFLOP / step | MiB read / step | compute-bound ms | memory-bound ms | roofline ms | measured ms | measured / roofline | products, then K/V ms | measured / that |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
         mha.machine_gflops, mha.machine_read_gbps
     );
     for r in rows {
         let bytes = r.kv_bytes_per_token + r.weight_bytes_per_token;
+        let sequential = r.products_then_kv_seconds().unwrap_or(0.0);
         md += &format!(
-            "| {} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}× |\n",
+            "| {} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}× | {:.2} | {:.2}× |\n",
             r.groups,
             r.flops_per_token / 1e9,
             bytes / (1 << 20) as f64,
@@ -236,7 +313,9 @@ fn roofline_table(rows: &[DecodeRow], mha: &DecodeRow) -> String {
             bytes / (r.machine_read_gbps * 1e9) * 1e3,
             r.roofline_s_per_token * 1e3,
             r.decoder_s_per_token * 1e3,
-            r.measured_over_roofline
+            r.measured_over_roofline,
+            sequential * 1e3,
+            r.decoder_s_per_token / sequential
         );
     }
     md
