@@ -224,10 +224,6 @@ mod tests {
     use super::*;
     use crate::gqa::decode_render::DecodeRow;
 
-    fn row(groups: usize, flops: f64, kv_bytes: f64) -> DecodeRow {
-        DecodeRow::example(groups, flops, kv_bytes)
-    }
-
     /// G1-time from a `gqa_fig6` folder: the verdict reads the whole step's per-round ratios, and
     /// the ratios without the LM head (step − the round's LM head time) come beside it.
     #[test]
@@ -235,7 +231,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("g1_time_{}", std::process::id()));
         let fig6 = dir.join("gqa_fig6");
         std::fs::create_dir_all(&fig6).unwrap();
-        let rows = [row(64, 1e9, 3e9), row(8, 1e9, 0.5e9), row(1, 1e9, 0.0)];
+        let rows = [
+            DecodeRow::example(64, 1e9, 3e9),
+            DecodeRow::example(8, 1e9, 0.5e9),
+            DecodeRow::example(1, 1e9, 0.0),
+        ];
         crate::write_csv(&fig6.join("decode_time.csv"), &rows).unwrap();
         // Step seconds per G, and an LM head of 0.1 s in every round.
         let rounds: Vec<RoundRow> = (0..3)
@@ -275,7 +275,11 @@ mod tests {
     fn roofline_prediction_is_the_ratio_of_the_bound_side() {
         // 1 GB of weights; K/V 3 GB (MHA), 0.5 GB (GQA-8), 0 (MQA); 1 GFLOP: bytes-bound at
         // 100 GFLOP/s and 10 GB/s (0.01 s of compute against ≥ 0.1 s of bytes).
-        let rows = [row(64, 1e9, 3e9), row(8, 1e9, 0.5e9), row(1, 1e9, 0.0)];
+        let rows = [
+            DecodeRow::example(64, 1e9, 3e9),
+            DecodeRow::example(8, 1e9, 0.5e9),
+            DecodeRow::example(1, 1e9, 0.0),
+        ];
         let text = roofline_prediction(&rows, 64);
         assert!(
             text.contains(
@@ -284,7 +288,11 @@ mod tests {
             "{text}"
         );
         // 100 GFLOP per step: compute-bound here (1 s against ≤ 0.4 s), bytes-bound on the TPU.
-        let rows = [row(64, 1e11, 3e9), row(8, 1e11, 0.5e9), row(1, 1e11, 0.0)];
+        let rows = [
+            DecodeRow::example(64, 1e11, 3e9),
+            DecodeRow::example(8, 1e11, 0.5e9),
+            DecodeRow::example(1, 1e11, 0.0),
+        ];
         let text = roofline_prediction(&rows, 64);
         assert!(
             text.contains("MHA / MQA 1.00×, MHA / GQA-8 1.00× on this machine"),
