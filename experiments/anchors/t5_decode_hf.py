@@ -26,6 +26,8 @@ ap.add_argument("--device", default="cpu", help="cpu, or cuda")
 a = ap.parse_args()
 dev = torch.device(a.device)
 sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+# Denormals flushed to zero, as our binaries and t5_anchor.py do (why: t5_anchor.py's main).
+torch.set_flush_denormal(True)
 torch.manual_seed(0)
 cfg = T5Config(vocab_size=a.vocab, d_model=a.d, d_kv=a.dkv, d_ff=a.dff, num_layers=a.layers,
                num_decoder_layers=a.layers, num_heads=a.heads, feed_forward_proj="gated-gelu",

@@ -1,8 +1,8 @@
 """The T5 side against transformers: ours (`t5_bench row NAME`) and `T5ForConditionalGeneration`
-(`t5_anchor.py NAME`, PyTorch eager, tcmalloc preloaded), interleaved row by row over several rounds,
-the order inside each row reversed every round, each side keeping its fastest round (the rule of
-`session.py`, table11's session: these 2-core machines drift by tens of percent over minutes, so
-both sides of a row are timed minutes apart at most).
+(`t5_anchor.py NAME`, PyTorch eager, tcmalloc preloaded, denormals flushed to zero as ours are),
+interleaved row by row over several rounds, the order inside each row reversed every round, each
+side keeping its fastest round (the rule of `session.py`, table11's session: these 2-core machines
+drift by tens of percent over minutes, so both sides of a row are timed minutes apart at most).
 
 usage: python3 experiments/anchors/t5_session.py [--rounds 2] [--rows a,b,...] [--python PATH]
                                                   [--allocator PATH | --allocator none]
@@ -145,7 +145,7 @@ def main():
     with open(os.path.join(OUT, "comparison.md"), "w") as f:
         f.write(f"Seconds, each side's fastest of {a.rounds} interleaved rounds (median of the row's repetitions "
                 f"within a round); {cpu}, {os.cpu_count()} cores; transformers {env_json['transformers']} on "
-                f"torch {env_json['torch']} (eager, tcmalloc); ours at {commit[:7]}. Target: ours / transformers <= {TARGET}.\n\n"
+                f"torch {env_json['torch']} (eager, tcmalloc, denormals flushed to zero on both sides); ours at {commit[:7]}. Target: ours / transformers <= {TARGET}.\n\n"
                 f"The floor is what the row would take on this machine if its matrix products ran at the machine's "
                 f"product rate ({gflops:.0f} GFLOP/s, a 2048³ product through the fused path) or its bytes at the read "
                 f"bandwidth ({gbps:.1f} GB/s), whichever is slower, and everything else were free (the fastest of the "
